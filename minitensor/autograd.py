@@ -1,0 +1,145 @@
+"""Reverse-mode automatic differentiation: Context, Function, backward().
+
+A `Function` is one primitive: a static `forward(ctx, *arrays)` and a static
+`backward(ctx, grad_out)`. Both take and return raw backend arrays (NumPy or
+CuPy), never Tensors; only `Function.apply` wraps and unwraps, and it alone
+builds the graph. Each Tensor made by `apply` remembers its Context (the
+function, the parent Tensors, whatever forward saved), and `backward()` walks
+those Contexts in reverse topological order applying the chain rule.
+
+The one piece of global state in minitensor is the grad-mode switch behind
+`no_grad()`; it is restored even when the body raises.
+"""
+from __future__ import annotations
+
+import contextlib
+
+_grad_enabled = True  # the only module-level state: see no_grad()
+
+
+def is_grad_enabled() -> bool:
+    return _grad_enabled
+
+
+@contextlib.contextmanager
+def no_grad():
+    """Run a block without recording the graph (evaluation, decoding, optimizer steps)."""
+    global _grad_enabled
+    previous = _grad_enabled
+    _grad_enabled = False
+    try:
+        yield
+    finally:
+        _grad_enabled = previous
+
+
+class Context:
+    """What one application of a Function keeps for its backward pass."""
+
+    def __init__(self, function, parents, backend):
+        self.function = function
+        self.parents = parents            # the input Tensors, in order
+        self.backend = backend            # backward does its math through this
+        self.needs_input_grad = tuple(p.requires_grad for p in parents)
+        self.saved = ()
+
+    def save_for_backward(self, *arrays):
+        self.saved = arrays
+
+
+class Function:
+    """Base class of every differentiable primitive.
+
+    Subclasses set `has_aux = True` when forward returns `(out, aux)`: `aux` is
+    a raw array (or tuple) that is not differentiated, e.g. the per-token NLL
+    computed alongside the label-smoothed loss; `apply` then returns `(Tensor, aux)`.
+    """
+
+    has_aux = False
+
+    @staticmethod
+    def forward(ctx: Context, *arrays, **params):
+        raise NotImplementedError
+
+    @staticmethod
+    def backward(ctx: Context, grad_out):
+        raise NotImplementedError
+
+    @classmethod
+    def apply(cls, *inputs, **params):
+        from .tensor import Tensor  # tensor.py imports this module
+
+        backend = inputs[0].backend
+        for t in inputs[1:]:
+            if t.backend is not backend:
+                raise ValueError(
+                    f"{cls.__name__}: inputs live on different backends "
+                    f"({backend.name} and {t.backend.name}); move them with .to() first")
+        ctx = Context(cls, inputs, backend)
+        result = cls.forward(ctx, *(t.data for t in inputs), **params)
+        out, aux = result if cls.has_aux else (result, None)
+        requires_grad = _grad_enabled and any(ctx.needs_input_grad)
+        tensor = Tensor._wrap(out, backend, requires_grad, ctx if requires_grad else None)
+        return (tensor, aux) if cls.has_aux else tensor
+
+
+def toposort(root) -> list:
+    """Tensors reachable from `root` that need a gradient, parents before children.
+
+    Iterative depth-first search: a 10,000-op chain must not hit Python's
+    recursion limit (micrograd's recursive build_topo does).
+    """
+    order, visited = [], set()
+    stack = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if children_done:
+            order.append(node)
+            continue
+        if id(node) in visited:
+            continue
+        visited.add(id(node))
+        stack.append((node, True))
+        if node._ctx is not None:
+            for parent in node._ctx.parents:
+                if parent.requires_grad and id(parent) not in visited:
+                    stack.append((parent, False))
+    return order
+
+
+def backward(root, grad_out=None) -> None:
+    """Accumulate d(root)/d(leaf) into every leaf's `.grad` (leaves add up with +).
+
+    The graph is freed as it is consumed, so call backward once per forward.
+    """
+    if not root.requires_grad:
+        raise RuntimeError("backward() on a tensor that does not require grad "
+                           "(no input had requires_grad=True, or it was made under no_grad())")
+    if grad_out is None:
+        if root.data.size != 1:
+            raise RuntimeError(f"backward() without a gradient needs a scalar, got shape {root.shape}")
+        grad_out = root.backend.xp.ones_like(root.data)
+    grads = {id(root): grad_out}
+    for node in reversed(toposort(root)):
+        grad = grads.pop(id(node), None)
+        if grad is None:
+            continue
+        ctx = node._ctx
+        if ctx is None:  # a leaf: accumulate, out of place so no gradient array is ever shared and mutated
+            node.grad = grad if node.grad is None else node.grad + grad
+            continue
+        input_grads = ctx.function.backward(ctx, grad)
+        if not isinstance(input_grads, tuple):
+            input_grads = (input_grads,)
+        if len(input_grads) != len(ctx.parents):
+            raise RuntimeError(f"bug in {ctx.function.__name__}.backward: returned "
+                               f"{len(input_grads)} gradients for {len(ctx.parents)} inputs")
+        for parent, g in zip(ctx.parents, input_grads):
+            if g is None or not parent.requires_grad:
+                continue
+            if g.shape != parent.data.shape:
+                raise RuntimeError(f"bug in {ctx.function.__name__}.backward: gradient shape "
+                                   f"{g.shape} for an input of shape {parent.data.shape}")
+            key = id(parent)
+            grads[key] = g if key not in grads else grads[key] + g
+        node._ctx = None  # free the saved arrays as soon as they are used

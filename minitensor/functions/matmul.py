@@ -1,0 +1,33 @@
+"""Matrix multiplication, batched over leading axes (cuBLAS / BLAS through xp.matmul)."""
+from __future__ import annotations
+
+from ..autograd import Function
+
+
+class MatMul(Function):
+    """f = a @ b;  df/da = grad @ bᵀ, df/db = aᵀ @ grad.
+
+    `a` is (..., M, K); `b` is (..., K, N) with the same leading axes, or a
+    plain (K, N) weight shared by every leading index (Linear layers): then
+    db flattens the leading axes into one big product instead of summing a
+    stack of per-batch products.
+    """
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return ctx.backend.xp.matmul(a, b)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        a, b = ctx.saved
+        xp = ctx.backend.xp
+        grad_a = grad_b = None
+        if ctx.needs_input_grad[0]:
+            grad_a = xp.matmul(grad_out, xp.swapaxes(b, -1, -2))
+        if ctx.needs_input_grad[1]:
+            if b.ndim == 2 and a.ndim > 2:                    # shared weight: one (K, rows) @ (rows, N)
+                grad_b = xp.matmul(a.reshape(-1, a.shape[-1]).T, grad_out.reshape(-1, grad_out.shape[-1]))
+            else:
+                grad_b = xp.matmul(xp.swapaxes(a, -1, -2), grad_out)
+        return grad_a, grad_b

@@ -1,0 +1,88 @@
+// Adam update on the GPU (§5.3), in place over flat buffers; spec: reference.py.
+//
+// v1: naive port: one thread per element, the grid covers all n
+// v2: fixed grid (a few blocks per SM), each thread strides over 4 elements per trip with all
+//     loads issued before any math, so more bytes are in flight per thread
+//
+// Math: m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+//       param -= lr * (m / bc1) / (sqrt(v / bc2) + eps),  bc1 = 1 - b1^step, bc2 = 1 - b2^step
+// (bc1, bc2 are computed on the host in float64). Bytes per element: read param, grad, m, v
+// and write param, m, v: 7 values, 28 B in float32.
+// Templates over the parameter type P (float, double; m and v share it) and the gradient type
+// G (float, f16, double), instantiated by name from cupy_launch.py. Standalone syntax check:
+//   nvcc -std=c++17 -arch=sm_90 -c cuda.cu -o /dev/null
+
+// ---- element types (same prelude in every cuda.cu of this repo) ------------
+// float16 travels as its raw 16 bits and is converted with PTX cvt, so the file
+// needs no cuda_fp16.h (NVRTC under CuPy may run without the CUDA headers).
+// Acc<T> is the type statistics are kept in: float32, or float64 for float64.
+struct __align__(2) f16 { unsigned short bits; };
+template <typename T> struct Acc { typedef float type; };
+template <> struct Acc<double> { typedef double type; };
+
+__device__ __forceinline__ float load(float v) { return v; }
+__device__ __forceinline__ double load(double v) { return v; }
+__device__ __forceinline__ float load(f16 v) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
+    return f;
+}
+__device__ __forceinline__ void store(float& dst, float v) { dst = v; }
+__device__ __forceinline__ void store(double& dst, double v) { dst = v; }
+__device__ __forceinline__ void store(f16& dst, float v) {
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(dst.bits) : "f"(v));
+}
+
+__device__ __forceinline__ float sqrt_(float v) { return sqrtf(v); }
+__device__ __forceinline__ double sqrt_(double v) { return sqrt(v); }
+
+template <typename P>
+__device__ __forceinline__ void adam_update(P& p, P& m, P& v, P g, P lr, P beta1, P beta2, P eps,
+                                            P bc1, P bc2) {
+    m = beta1 * m + (P(1) - beta1) * g;
+    v = beta2 * v + (P(1) - beta2) * g * g;
+    p -= lr * (m / bc1) / (sqrt_(v / bc2) + eps);  // bias-corrected moments
+}
+
+template <typename P, typename G>
+__global__ void adam_step_v1(P* __restrict__ param, const G* __restrict__ grad, P* __restrict__ m,
+                             P* __restrict__ v, P lr, P beta1, P beta2, P eps, P bc1, P bc2,
+                             long long n) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    P p = param[i], mi = m[i], vi = v[i];
+    adam_update(p, mi, vi, P(load(grad[i])), lr, beta1, beta2, eps, bc1, bc2);
+    param[i] = p;
+    m[i] = mi;
+    v[i] = vi;
+}
+
+template <typename P, typename G>
+__global__ void adam_step_v2(P* __restrict__ param, const G* __restrict__ grad, P* __restrict__ m,
+                             P* __restrict__ v, P lr, P beta1, P beta2, P eps, P bc1, P bc2,
+                             long long n) {
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long base = (long long)blockIdx.x * blockDim.x + threadIdx.x; base < n; base += 4 * stride) {
+        P p[4], mi[4], vi[4], g[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {  // issue all loads first: 16 independent loads in flight
+            const long long i = base + k * stride;
+            if (i < n) {
+                p[k] = param[i];
+                mi[k] = m[i];
+                vi[k] = v[i];
+                g[k] = P(load(grad[i]));
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const long long i = base + k * stride;
+            if (i < n) {
+                adam_update(p[k], mi[k], vi[k], g[k], lr, beta1, beta2, eps, bc1, bc2);
+                param[i] = p[k];
+                m[i] = mi[k];
+                v[i] = vi[k];
+            }
+        }
+    }
+}

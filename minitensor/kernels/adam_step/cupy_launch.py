@@ -1,0 +1,67 @@
+"""Adam update on the GPU, in place: grid/block arithmetic and launch of cuda.cu (§5.3).
+
+v1: one thread per element (block = threads per block)
+v2: grid of 8 blocks per SM, 4 elements per thread per trip (block = threads per block)
+
+Shapes: P = number of parameters; param, m, v share one float dtype (float32 or float64),
+grad may be float16 with float32 parameters (mixed precision). All same shape, contiguous.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+
+CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float16): "f16", np.dtype(np.float64): "double"}
+PAIRS = (("float", "float"), ("float", "f16"), ("double", "double"))  # (param, grad) instantiations
+
+
+@functools.cache
+def _module():
+    """Compile cuda.cu once per process (NVRTC through CuPy), every instantiation by name."""
+    import cupy as cp
+
+    names = [f"adam_step_v{v}<{p}, {g}>" for v in (1, 2) for p, g in PAIRS]
+    code = Path(__file__).with_name("cuda.cu").read_text()
+    return cp.RawModule(code=code, options=("-std=c++17",), name_expressions=names)
+
+
+def _args(param, grad, m, v, lr, beta1, beta2, eps, step):
+    pair = (CTYPES.get(param.dtype), CTYPES.get(grad.dtype))
+    if pair not in PAIRS or m.dtype != param.dtype or v.dtype != param.dtype:
+        raise TypeError(f"adam_step: unsupported dtypes {param.dtype}, {grad.dtype}, {m.dtype}, {v.dtype}")
+    for a in (param, grad, m, v):
+        if not a.flags.c_contiguous or a.shape != param.shape:
+            raise ValueError("adam_step: param, grad, m, v must be same-shaped contiguous arrays")
+    P = param.dtype.type
+    bc1, bc2 = 1.0 - beta1**step, 1.0 - beta2**step  # bias corrections, float64 on the host
+    scalars = [P(s) for s in (lr, beta1, beta2, eps, bc1, bc2)]
+    return pair, (param, grad, m, v, *scalars, np.int64(param.size))
+
+
+def launch_v1(param, grad, m, v, lr, beta1, beta2, eps, step, block=256):
+    pair, args = _args(param, grad, m, v, lr, beta1, beta2, eps, step)
+    if param.size:
+        kernel = _module().get_function(f"adam_step_v1<{pair[0]}, {pair[1]}>")
+        kernel(((param.size + block - 1) // block,), (block,), args)  # one thread per element
+
+
+def launch_v2(param, grad, m, v, lr, beta1, beta2, eps, step, block=256):
+    import cupy as cp
+
+    pair, args = _args(param, grad, m, v, lr, beta1, beta2, eps, step)
+    if param.size:
+        sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+        grid = min(8 * sms, (param.size + 4 * block - 1) // (4 * block))  # >= 4 elements a thread
+        _module().get_function(f"adam_step_v2<{pair[0]}, {pair[1]}>")((grid,), (block,), args)
+
+
+VERSIONS = {1: launch_v1, 2: launch_v2}
+DEFAULT = 2
+BLOCKS = {1: (64, 256, 1024), 2: (64, 256, 1024)}  # tested configs
+
+
+def adam_step(param, grad, m, v, lr, beta1, beta2, eps, step):
+    """In place: Adam moments m, v and the bias-corrected update of param."""
+    VERSIONS[DEFAULT](param, grad, m, v, lr, beta1, beta2, eps, step)

@@ -1,0 +1,148 @@
+"""Label-smoothed cross-entropy forward + dlogits on the CPU with Numba (§5.4); spec: reference.py.
+
+v1: naive port of the reference, one row per prange iteration, float64 sums, exp computed twice
+v2: exp in the logits' dtype kept in dlogits during the sum pass, then one scale-and-subtract pass, fastmath
+v3: row body in its own function plus a polynomial float32 exp (numba_math.exp_like): the row loops vectorise
+
+Per row, never building q: with lse = max + log(sum exp(x - max)) and c = smoothing mass,
+loss = (1 - eps_ls)(lse - x_t) + c * sum_{j != t, pad} (lse - x_j), where the sum uses the running
+sum of the row's logits; dlogits = p - c everywhere, then p - (1 - eps_ls) at t and p at pad.
+Shapes: N = rows (target tokens), V = vocabulary size.
+"""
+import numpy as np
+from numba import njit, prange
+
+from minitensor.kernels.numba_math import exp_like
+
+FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}
+
+
+@njit(cache=True, parallel=True)
+def cross_entropy_forward_v1(logits, targets, gold_q, other_q, pad_idx, loss, nll, dlogits):
+    N, V = logits.shape
+    for i in prange(N):
+        t = targets[i]
+        if t == pad_idx:  # pad_idx = -1 when there is no pad token
+            loss[i] = 0.0
+            nll[i] = 0.0
+            for j in range(V):
+                dlogits[i, j] = 0.0
+        else:
+            row_max = -np.inf
+            for j in range(V):
+                row_max = max(row_max, np.float64(logits[i, j]))
+            total = 0.0
+            logit_sum = 0.0
+            for j in range(V):
+                total += np.exp(logits[i, j] - row_max)
+                logit_sum += logits[i, j]
+            lse = row_max + np.log(total)  # log sum_j exp(x_j)
+            others = V * lse - logit_sum - (lse - logits[i, t])  # sum over j != t of (lse - x_j)
+            if pad_idx >= 0:
+                others -= lse - logits[i, pad_idx]
+            nll[i] = lse - logits[i, t]
+            loss[i] = gold_q * nll[i] + other_q * others
+            for j in range(V):
+                dlogits[i, j] = np.exp(logits[i, j] - row_max) / total - other_q
+            dlogits[i, t] = np.exp(logits[i, t] - row_max) / total - gold_q
+            if pad_idx >= 0:
+                dlogits[i, pad_idx] = np.exp(logits[i, pad_idx] - row_max) / total
+
+
+@njit(cache=True, parallel=True, fastmath=FASTMATH)
+def cross_entropy_forward_v2(logits, targets, gold_q, other_q, pad_idx, loss, nll, dlogits):
+    N, V = logits.shape
+    typ = logits.dtype.type
+    for i in prange(N):
+        t = targets[i]
+        row, out = logits[i], dlogits[i]
+        if t == pad_idx:
+            loss[i] = 0.0
+            nll[i] = 0.0
+            out[:] = 0.0
+        else:
+            row_max = row[0]
+            for j in range(1, V):
+                row_max = max(row_max, row[j])
+            total = 0.0
+            logit_sum = 0.0
+            for j in range(V):
+                e = np.exp(row[j] - row_max)  # exp in the logits' dtype (expf for float32)
+                out[j] = e
+                total += e
+                logit_sum += row[j]
+            lse = row_max + np.log(total)
+            others = V * lse - logit_sum - (lse - row[t])
+            if pad_idx >= 0:
+                others -= lse - row[pad_idx]
+            nll[i] = lse - row[t]
+            loss[i] = gold_q * nll[i] + other_q * others
+            inv, c = typ(1.0 / total), typ(other_q)
+            for j in range(V):
+                out[j] = out[j] * inv - c
+            out[t] += c - typ(gold_q)  # gold token: p - (1 - eps_ls)
+            if pad_idx >= 0:
+                out[pad_idx] += c  # pad token: q = 0, so p - 0
+
+
+@njit(cache=True, fastmath=FASTMATH)
+def _smoothed_row(row, out, t, gold_q, other_q, pad_idx):
+    """One non-pad row of v3: writes p - q into out, returns (loss, nll)."""
+    V = row.size
+    row_max = row[0]
+    for j in range(1, V):
+        row_max = max(row_max, row[j])
+    total = 0.0
+    logit_sum = 0.0
+    for j in range(V):
+        e = exp_like(row[j] - row_max, row)  # vectorisable float32 exp, np.exp for float64
+        out[j] = e
+        total += e
+        logit_sum += row[j]
+    lse = row_max + np.log(total)
+    others = V * lse - logit_sum - (lse - row[t])  # sum over j != t of -log p_j
+    if pad_idx >= 0:
+        others -= lse - row[pad_idx]
+    nll = lse - row[t]
+    inv, c = row.dtype.type(1.0 / total), row.dtype.type(other_q)
+    for j in range(V):
+        out[j] = out[j] * inv - c
+    out[t] += c - row.dtype.type(gold_q)  # gold token: p - (1 - eps_ls)
+    if pad_idx >= 0:
+        out[pad_idx] += c  # pad token: q = 0, so p - 0
+    return gold_q * nll + other_q * others, nll
+
+
+@njit(cache=True, parallel=True, fastmath=FASTMATH)
+def cross_entropy_forward_v3(logits, targets, gold_q, other_q, pad_idx, loss, nll, dlogits):
+    N, V = logits.shape
+    for i in prange(N):
+        t = targets[i]
+        if t == pad_idx:
+            loss[i] = 0.0
+            nll[i] = 0.0
+            dlogits[i, :] = 0.0
+        else:  # a call keeps the row loops out of this branch, which blocked vectorising (measured)
+            loss[i], nll[i] = _smoothed_row(logits[i], dlogits[i], t, gold_q, other_q, pad_idx)
+
+
+VERSIONS = {1: cross_entropy_forward_v1, 2: cross_entropy_forward_v2, 3: cross_entropy_forward_v3}
+DEFAULT = 3
+
+
+def cross_entropy_forward(logits, targets, eps_ls, pad_idx):
+    """Returns (loss, nll, dlogits): per-row smoothed loss and NLL (float32/float64), dlogits = p - q."""
+    logits2 = np.ascontiguousarray(logits)  # (N, V)
+    N, V = logits2.shape
+    others = V - 1 if pad_idx is None else V - 2
+    other_q = eps_ls / others if others > 0 else 0.0  # same rule as reference.smoothing_mass
+    stats = np.float64 if logits2.dtype == np.float64 else np.float32
+    loss = np.empty(N, dtype=stats)
+    nll = np.empty(N, dtype=stats)
+    dlogits = np.empty_like(logits2)
+    targets1 = np.ascontiguousarray(targets, dtype=np.int64).reshape(-1)  # (N,)
+    if targets1.size and (targets1.min() < 0 or targets1.max() >= V):
+        raise IndexError("cross_entropy_forward: target out of range [0, V)")
+    pad = -1 if pad_idx is None else int(pad_idx)
+    VERSIONS[DEFAULT](logits2, targets1, 1.0 - eps_ls, other_q, pad, loss, nll, dlogits)
+    return loss, nll, dlogits

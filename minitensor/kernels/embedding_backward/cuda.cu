@@ -1,0 +1,61 @@
+// Embedding backward on the GPU (§3.4): scatter-add rows of dout into dweight; spec: reference.py.
+//
+// v1: one thread per (token, column), atomicAdd into a float32/float64 table (sum order varies
+//     from run to run, so the last bits do too)
+// v2: deterministic: the launcher sorts ids; one block row per run of equal ids, one thread per
+//     column sums its run in sorted order and writes the table row once (no atomics)
+//
+// Shapes: N = tokens (B*T), D = d_model, num_embeddings = table rows (V).
+// Templates over T (float, f16, double), instantiated by name from cupy_launch.py.
+// Standalone syntax check:
+//   nvcc -std=c++17 -arch=sm_90 -c cuda.cu -o /dev/null
+
+// ---- element types (same prelude in every cuda.cu of this repo) ------------
+// float16 travels as its raw 16 bits and is converted with PTX cvt, so the file
+// needs no cuda_fp16.h (NVRTC under CuPy may run without the CUDA headers).
+// Acc<T> is the type statistics are kept in: float32, or float64 for float64.
+struct __align__(2) f16 { unsigned short bits; };
+template <typename T> struct Acc { typedef float type; };
+template <> struct Acc<double> { typedef double type; };
+
+__device__ __forceinline__ float load(float v) { return v; }
+__device__ __forceinline__ double load(double v) { return v; }
+__device__ __forceinline__ float load(f16 v) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
+    return f;
+}
+__device__ __forceinline__ void store(float& dst, float v) { dst = v; }
+__device__ __forceinline__ void store(double& dst, double v) { dst = v; }
+__device__ __forceinline__ void store(f16& dst, float v) {
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(dst.bits) : "f"(v));
+}
+
+// dweight: (num_embeddings, D) in Acc<T>, zeroed by the launcher.
+template <typename T>
+__global__ void embedding_backward_v1(typename Acc<T>::type* __restrict__ dweight,
+                                      const T* __restrict__ dout, const long long* __restrict__ ids,
+                                      long long N, int D) {
+    const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;  // flat (token, column)
+    if (k >= N * D) return;
+    const long long i = k / D, d = k % D;
+    atomicAdd(&dweight[ids[i] * D + d], load(dout[k]));  // repeated ids add up
+}
+
+// order: token indices sorted by id; run_start: first sorted position of each run of equal ids.
+// dweight: (num_embeddings, D) in T, zeroed by the launcher; each touched row is written once.
+template <typename T>
+__global__ void embedding_backward_v2(T* __restrict__ dweight, const T* __restrict__ dout,
+                                      const long long* __restrict__ order,
+                                      const long long* __restrict__ sorted_ids,
+                                      const long long* __restrict__ run_start, long long runs,
+                                      long long N, int D) {
+    typedef typename Acc<T>::type A;
+    const long long run = blockIdx.x;
+    const int d = blockIdx.y * blockDim.x + threadIdx.x;
+    if (d >= D) return;
+    const long long start = run_start[run], end = run + 1 < runs ? run_start[run + 1] : N;
+    A sum = 0;
+    for (long long s = start; s < end; ++s) sum += load(dout[order[s] * D + d]);  // fixed order
+    store(dweight[sorted_ids[start] * D + d], sum);
+}

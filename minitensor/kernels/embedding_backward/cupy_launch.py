@@ -1,0 +1,77 @@
+"""Embedding backward on the GPU: grid/block arithmetic and launch of cuda.cu (§3.4).
+
+v1: atomicAdd, one thread per (token, column) (block = threads per block)
+v2: sort ids, then one block row per run of equal ids (block = threads over columns)
+
+Shapes: N = tokens (B*T), D = d_model, num_embeddings = table rows (V).
+dweight comes back in dout's dtype.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+
+CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float16): "f16", np.dtype(np.float64): "double"}
+
+
+@functools.cache
+def _module():
+    """Compile cuda.cu once per process (NVRTC through CuPy), every instantiation by name."""
+    import cupy as cp
+
+    names = [f"embedding_backward_v{v}<{t}>" for v in (1, 2) for t in CTYPES.values()]
+    code = Path(__file__).with_name("cuda.cu").read_text()
+    return cp.RawModule(code=code, options=("-std=c++17",), name_expressions=names)
+
+
+def _prepare(dout, ids):
+    import cupy as cp
+
+    dout = cp.ascontiguousarray(dout)
+    if dout.dtype not in CTYPES or dout.ndim != 2:
+        raise TypeError(f"embedding_backward: need (N, D) float dout, got {dout.dtype} {dout.shape}")
+    return dout, cp.ascontiguousarray(ids, dtype=cp.int64).reshape(-1)  # (N, D), (N,)
+
+
+def launch_v1(dout, ids, num_embeddings, block=256):
+    import cupy as cp
+
+    dout, ids = _prepare(dout, ids)
+    N, D = dout.shape
+    acc = np.float64 if dout.dtype == np.float64 else np.float32  # atomics in float32/float64
+    dweight = cp.zeros((num_embeddings, D), dtype=acc)  # (V, D)
+    if N * D:
+        kernel = _module().get_function(f"embedding_backward_v1<{CTYPES[dout.dtype]}>")
+        kernel(((N * D + block - 1) // block,), (block,), (dweight, dout, ids, np.int64(N), np.int32(D)))
+    return dweight.astype(dout.dtype, copy=False)
+
+
+def launch_v2(dout, ids, num_embeddings, block=128):
+    import cupy as cp
+
+    dout, ids = _prepare(dout, ids)
+    N, D = dout.shape
+    dweight = cp.zeros((num_embeddings, D), dtype=dout.dtype)  # (V, D), untouched rows stay 0
+    if N * D == 0:
+        return dweight
+    order = cp.argsort(ids).astype(cp.int64, copy=False)  # (N,) tokens grouped by id
+    sorted_ids = ids[order]  # (N,)
+    is_start = cp.concatenate([cp.ones(1, cp.bool_), sorted_ids[1:] != sorted_ids[:-1]])  # (N,)
+    run_start = cp.flatnonzero(is_start).astype(cp.int64)  # (runs,)
+    runs = run_start.size
+    grid = (runs, (D + block - 1) // block)  # (one run of equal ids, a slice of columns)
+    kernel = _module().get_function(f"embedding_backward_v2<{CTYPES[dout.dtype]}>")
+    kernel(grid, (block,), (dweight, dout, order, sorted_ids, run_start, np.int64(runs), np.int64(N), np.int32(D)))
+    return dweight
+
+
+VERSIONS = {1: launch_v1, 2: launch_v2}
+DEFAULT = 2
+BLOCKS = {1: (64, 256, 1024), 2: (32, 128, 512)}  # tested configs
+
+
+def embedding_backward(dout, ids, num_embeddings):
+    """dweight = zeros((num_embeddings, D)); dweight[ids[i]] += dout[i]."""
+    return VERSIONS[DEFAULT](dout, ids, num_embeddings)

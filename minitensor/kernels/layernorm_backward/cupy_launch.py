@@ -1,0 +1,94 @@
+"""LayerNorm backward on the GPU: grid/block arithmetic and launch of cuda.cu.
+
+v1: dx one thread per row, then dgamma/dbeta one thread per column (block = threads)
+v2: fused dx + per-block column sums (grid <= 2 blocks per SM), then one sum over blocks;
+    D > 1024 falls back to v1
+
+Shapes: D = d_model, rows = prod(x.shape[:-1]). dx comes back in x's dtype, dgamma and
+dbeta in gamma's dtype (summed in float32, or float64 for float64 inputs).
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+
+CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float16): "f16", np.dtype(np.float64): "double"}
+VPTS = (1, 2, 4, 8, 16, 32)  # v2 instantiations: values per lane
+
+
+@functools.cache
+def _module():
+    """Compile cuda.cu once per process (NVRTC through CuPy), every instantiation by name."""
+    import cupy as cp
+
+    names = [f"{k}<{t}>" for t in CTYPES.values() for k in (
+        "layernorm_backward_v1", "layernorm_backward_v1_params", "layernorm_backward_v2_params")]
+    names += [f"layernorm_backward_v2<{t}, {k}>" for t in CTYPES.values() for k in VPTS]
+    code = Path(__file__).with_name("cuda.cu").read_text()
+    return cp.RawModule(code=code, options=("-std=c++17",), name_expressions=names)
+
+
+def _prepare(dy, x, gamma, mean, rstd):
+    import cupy as cp
+
+    x = cp.ascontiguousarray(x)
+    if x.dtype not in CTYPES:
+        raise TypeError(f"layernorm_backward: unsupported dtype {x.dtype}")
+    acc = np.float64 if x.dtype == np.float64 else np.float32  # statistics dtype
+    D = x.shape[-1]
+    rows = x.size // max(D, 1)
+    inputs = (cp.ascontiguousarray(dy, dtype=x.dtype), x, cp.ascontiguousarray(gamma, dtype=acc),
+              cp.ascontiguousarray(mean, dtype=acc), cp.ascontiguousarray(rstd, dtype=acc))
+    dgamma, dbeta = cp.zeros(D, dtype=acc), cp.zeros(D, dtype=acc)  # stay 0 when rows == 0
+    return inputs, cp.empty_like(x), dgamma, dbeta, rows, D
+
+
+def _finish(dx, dgamma, dbeta, gamma):
+    return dx, dgamma.astype(gamma.dtype, copy=False), dbeta.astype(gamma.dtype, copy=False)
+
+
+def launch_v1(dy, x, gamma, mean, rstd, block=128):
+    (dy_, x_, gamma_, mean_, rstd_), dx, dgamma, dbeta, rows, D = _prepare(dy, x, gamma, mean, rstd)
+    if rows == 0 or D == 0:
+        return _finish(dx, dgamma, dbeta, gamma)
+    t = CTYPES[x_.dtype]
+    size = (np.int64(rows), np.int32(D))
+    _module().get_function(f"layernorm_backward_v1<{t}>")(
+        ((rows + block - 1) // block,), (block,), (dx, dy_, x_, gamma_, mean_, rstd_, *size))
+    _module().get_function(f"layernorm_backward_v1_params<{t}>")(
+        ((D + block - 1) // block,), (block,), (dgamma, dbeta, dy_, x_, mean_, rstd_, *size))
+    return _finish(dx, dgamma, dbeta, gamma)
+
+
+def launch_v2(dy, x, gamma, mean, rstd, block=256):
+    import cupy as cp
+
+    if x.shape[-1] > 32 * VPTS[-1]:
+        return launch_v1(dy, x, gamma, mean, rstd)  # row does not fit in a warp's registers
+    (dy_, x_, gamma_, mean_, rstd_), dx, dgamma, dbeta, rows, D = _prepare(dy, x, gamma, mean, rstd)
+    if rows == 0 or D == 0:
+        return _finish(dx, dgamma, dbeta, gamma)
+    t, acc = CTYPES[x_.dtype], gamma_.dtype
+    vpt = next(k for k in VPTS if 32 * k >= D)
+    warps = block // 32
+    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+    grid = min((rows + warps - 1) // warps, 2 * sms)  # few blocks: few partial rows to sum
+    partial = cp.empty((grid, 2, D), dtype=acc)  # per block: sum dy*xhat, sum dy
+    _module().get_function(f"layernorm_backward_v2<{t}, {vpt}>")(
+        (grid,), (block,), (dx, partial, dy_, x_, gamma_, mean_, rstd_, np.int64(rows), np.int32(D)),
+        shared_mem=2 * D * acc.itemsize)
+    _module().get_function(f"layernorm_backward_v2_params<{t}>")(
+        ((D + 127) // 128,), (128,), (dgamma, dbeta, partial, np.int32(grid), np.int32(D)))
+    return _finish(dx, dgamma, dbeta, gamma)
+
+
+VERSIONS = {1: launch_v1, 2: launch_v2}
+DEFAULT = 2
+BLOCKS = {1: (32, 128, 256), 2: (32, 128, 256, 1024)}  # tested configs
+
+
+def layernorm_backward(dy, x, gamma, mean, rstd):
+    """(dx, dgamma, dbeta) of y = (x - mean) * rstd * gamma + beta."""
+    return VERSIONS[DEFAULT](dy, x, gamma, mean, rstd)

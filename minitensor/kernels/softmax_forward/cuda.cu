@@ -1,0 +1,161 @@
+// Softmax forward on the GPU (§3.2.1 Eq. (1), masking §3.2.3); spec: reference.py.
+//
+// v1: naive port of the reference: one thread per row, three passes (max, sum, write)
+// v2: one warp per row: online max+sum in one read pass (shuffles), then a write pass
+// v3: one warp per row with the row held in registers: x read once, y written once
+//
+// Shapes: L = keys per row, rows = prod(x.shape[:-1]) seen as (d0, d1, d2) for the mask.
+// The mask is a zero-stride broadcast view: ms0..ms3 are its strides (in bytes = elements
+// of bool) over (d0, d1, d2, L), so a (B,1,1,L) padding or (1,1,T,L) causal mask is never
+// copied out to (B,H,T,L). Blocked entries become -inf; a fully blocked row gives zeros.
+//
+// Kernels are templates over the element type T (float, f16, double), instantiated by
+// name from cupy_launch.py. Standalone syntax check:
+//   nvcc -std=c++17 -arch=sm_90 -c cuda.cu -o /dev/null
+
+// ---- element types (same prelude in every cuda.cu of this repo) ------------
+// float16 travels as its raw 16 bits and is converted with PTX cvt, so the file
+// needs no cuda_fp16.h (NVRTC under CuPy may run without the CUDA headers).
+// Acc<T> is the type statistics are kept in: float32, or float64 for float64.
+struct __align__(2) f16 { unsigned short bits; };
+template <typename T> struct Acc { typedef float type; };
+template <> struct Acc<double> { typedef double type; };
+
+__device__ __forceinline__ float load(float v) { return v; }
+__device__ __forceinline__ double load(double v) { return v; }
+__device__ __forceinline__ float load(f16 v) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
+    return f;
+}
+__device__ __forceinline__ void store(float& dst, float v) { dst = v; }
+__device__ __forceinline__ void store(double& dst, double v) { dst = v; }
+__device__ __forceinline__ void store(f16& dst, float v) {
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(dst.bits) : "f"(v));
+}
+
+__device__ __forceinline__ float exp_(float v) { return expf(v); }
+__device__ __forceinline__ double exp_(double v) { return exp(v); }
+__device__ __forceinline__ float max_(float a, float b) { return fmaxf(a, b); }
+__device__ __forceinline__ double max_(double a, double b) { return fmax(a, b); }
+template <typename A> __device__ __forceinline__ A neg_inf();
+template <> __device__ __forceinline__ float neg_inf<float>() { return __int_as_float((int)0xff800000); }
+template <> __device__ __forceinline__ double neg_inf<double>() {
+    return __longlong_as_double((long long)0xfff0000000000000ULL);
+}
+
+// Offset of row r's mask entries: r = ((i0 * d1) + i1) * d2 + i2.
+__device__ __forceinline__ long long mask_row_offset(long long r, int d1, int d2, long long ms0,
+                                                     long long ms1, long long ms2) {
+    const long long i2 = r % d2, t = r / d2;
+    return (t / d1) * ms0 + (t % d1) * ms1 + i2 * ms2;
+}
+
+// Merge two online-softmax partials (max m, sum s of exp(v - m)); -inf - -inf would be NaN.
+template <typename A> __device__ __forceinline__ void online_merge(A& m, A& s, A m2, A s2) {
+    const A mn = m > m2 ? m : m2;
+    if (mn == neg_inf<A>()) return;  // both partials empty (all blocked so far)
+    s = s * exp_(m - mn) + s2 * exp_(m2 - mn);
+    m = mn;
+}
+
+template <typename T>
+__global__ void softmax_forward_v1(T* __restrict__ y, const T* __restrict__ x,
+                                   const unsigned char* __restrict__ mask, int has_mask,
+                                   long long ms0, long long ms1, long long ms2, long long ms3,
+                                   int d1, int d2, typename Acc<T>::type scale, long long rows,
+                                   int L) {
+    typedef typename Acc<T>::type A;
+    const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    const T* xr = x + r * L;
+    T* yr = y + r * L;
+    const unsigned char* mr = mask + (has_mask ? mask_row_offset(r, d1, d2, ms0, ms1, ms2) : 0);
+    A row_max = neg_inf<A>();
+    for (int j = 0; j < L; ++j)
+        if (!(has_mask && mr[j * ms3])) row_max = max_(row_max, scale * load(xr[j]));
+    A total = 0;
+    for (int j = 0; j < L; ++j)
+        if (!(has_mask && mr[j * ms3])) total += exp_(scale * load(xr[j]) - row_max);
+    const A inv = total > 0 ? A(1) / total : A(0);  // fully blocked row -> zeros
+    for (int j = 0; j < L; ++j) {
+        const bool blocked = has_mask && mr[j * ms3];
+        store(yr[j], blocked ? A(0) : exp_(scale * load(xr[j]) - row_max) * inv);
+    }
+}
+
+template <typename T>
+__global__ void softmax_forward_v2(T* __restrict__ y, const T* __restrict__ x,
+                                   const unsigned char* __restrict__ mask, int has_mask,
+                                   long long ms0, long long ms1, long long ms2, long long ms3,
+                                   int d1, int d2, typename Acc<T>::type scale, long long rows,
+                                   int L) {
+    typedef typename Acc<T>::type A;
+    const int lane = threadIdx.x & 31;
+    const long long r = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (r >= rows) return;  // whole warp leaves together: shuffles below stay full-warp
+    const T* xr = x + r * L;
+    T* yr = y + r * L;
+    const unsigned char* mr = mask + (has_mask ? mask_row_offset(r, d1, d2, ms0, ms1, ms2) : 0);
+    // online softmax: running max m and sum s of exp(v - m), rescaled when m grows
+    A m = neg_inf<A>(), s = 0;
+    for (int j = lane; j < L; j += 32) {
+        if (has_mask && mr[j * ms3]) continue;
+        const A v = scale * load(xr[j]);
+        if (v > m) {
+            s = s * exp_(m - v) + A(1);
+            m = v;
+        } else {
+            s += exp_(v - m);
+        }
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        const A m2 = __shfl_xor_sync(0xffffffffu, m, offset);
+        const A s2 = __shfl_xor_sync(0xffffffffu, s, offset);
+        online_merge(m, s, m2, s2);
+    }
+    const A inv = s > 0 ? A(1) / s : A(0);
+    for (int j = lane; j < L; j += 32) {
+        const bool blocked = has_mask && mr[j * ms3];
+        store(yr[j], blocked ? A(0) : exp_(scale * load(xr[j]) - m) * inv);
+    }
+}
+
+// VPT = values per lane (compile time, so v[] stays in registers); needs L <= 32 * VPT.
+template <typename T, int VPT>
+__global__ void softmax_forward_v3(T* __restrict__ y, const T* __restrict__ x,
+                                   const unsigned char* __restrict__ mask, int has_mask,
+                                   long long ms0, long long ms1, long long ms2, long long ms3,
+                                   int d1, int d2, typename Acc<T>::type scale, long long rows,
+                                   int L) {
+    typedef typename Acc<T>::type A;
+    const int lane = threadIdx.x & 31;
+    const long long r = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (r >= rows) return;
+    const T* xr = x + r * L;
+    T* yr = y + r * L;
+    const unsigned char* mr = mask + (has_mask ? mask_row_offset(r, d1, d2, ms0, ms1, ms2) : 0);
+    A v[VPT];
+    A m = neg_inf<A>();
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {  // VPT independent loads in flight per lane
+        const int j = lane + 32 * i;
+        v[i] = neg_inf<A>();
+        if (j < L && !(has_mask && mr[j * ms3])) v[i] = scale * load(xr[j]);
+        m = max_(m, v[i]);
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) m = max_(m, __shfl_xor_sync(0xffffffffu, m, offset));
+    A s = 0;
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+        v[i] = (v[i] == neg_inf<A>()) ? A(0) : exp_(v[i] - m);  // blocked -> 0, never NaN
+        s += v[i];
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) s += __shfl_xor_sync(0xffffffffu, s, offset);
+    const A inv = s > 0 ? A(1) / s : A(0);
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+        const int j = lane + 32 * i;
+        if (j < L) store(yr[j], v[i] * inv);
+    }
+}

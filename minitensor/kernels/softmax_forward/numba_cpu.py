@@ -1,0 +1,119 @@
+"""Softmax forward on the CPU with Numba (§3.2.1 Eq. (1), masking §3.2.3); spec: reference.py.
+
+v1: naive port of the reference, one row per prange iteration, float64 sums, exp computed twice
+v2: one exp per entry kept in the output then scaled by 1/sum, math in the input dtype, safe fastmath
+v3: branch-free row loops and a polynomial float32 exp (numba_math.exp_like) so LLVM vectorises them
+
+Shapes: L = keys per row. The wrapper views x as (A, B, C, L) rows and passes the mask
+un-broadcast as a small C-contiguous (Am, Bm, C_m, L) array, each of Am, Bm, C_m either 1 or
+equal to A, B, C; row (a, b, c) reads mask row (a % Am, b % Bm, c % C_m). So a (B, 1, 1, L)
+padding mask is never copied out to (B, H, T, L), and its rows stay contiguous, which LLVM
+needs to vectorise (a zero-stride broadcast view made v3 twice as slow, measured).
+Fastmath leaves out nnan/ninf because blocked entries are -inf.
+"""
+import numpy as np
+from numba import njit, prange
+
+from minitensor.kernels.numba_math import exp_like
+
+FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}  # no nnan/ninf: -inf is meaningful
+
+
+@njit(cache=True, parallel=True)
+def softmax_forward_v1(x4, scale, mask4, y4):
+    A, B, C, L = x4.shape
+    Am, Bm, Cm = mask4.shape[0], mask4.shape[1], mask4.shape[2]
+    for r in prange(A * B * C):
+        a, b, c = r // (B * C), (r // C) % B, r % C
+        xr, mr, yr = x4[a, b, c], mask4[a % Am, b % Bm, c % Cm], y4[a, b, c]
+        row_max = -np.inf
+        for j in range(L):
+            if not mr[j]:
+                row_max = max(row_max, scale * np.float64(xr[j]))
+        total = 0.0
+        for j in range(L):
+            if not mr[j]:
+                total += np.exp(scale * np.float64(xr[j]) - row_max)
+        for j in range(L):
+            if mr[j] or total == 0.0:  # blocked entry, or a fully blocked row -> 0
+                yr[j] = 0.0
+            else:
+                yr[j] = np.exp(scale * np.float64(xr[j]) - row_max) / total
+
+
+@njit(cache=True, parallel=True, fastmath=FASTMATH)
+def softmax_forward_v2(x4, scale, mask4, y4):
+    A, B, C, L = x4.shape
+    Am, Bm, Cm = mask4.shape[0], mask4.shape[1], mask4.shape[2]
+    for r in prange(A * B * C):
+        a, b, c = r // (B * C), (r // C) % B, r % C
+        xr, mr, yr = x4[a, b, c], mask4[a % Am, b % Bm, c % Cm], y4[a, b, c]
+        row_max = -np.inf
+        for j in range(L):
+            if not mr[j]:
+                row_max = max(row_max, scale * xr[j])  # scale has x's dtype (wrapper)
+        total = scale * 0  # zero in x's dtype
+        for j in range(L):
+            e = 0 * scale if mr[j] else np.exp(scale * xr[j] - row_max)
+            yr[j] = e  # keep exp once, rescale below
+            total += e
+        inv = 1 / total if total > 0 else 0 * total  # fully blocked row -> zeros
+        for j in range(L):
+            yr[j] *= inv
+
+
+@njit(cache=True, parallel=True, fastmath=FASTMATH)
+def softmax_forward_v3(x4, scale, mask4, y4):
+    A, B, C, L = x4.shape
+    Am, Bm, Cm = mask4.shape[0], mask4.shape[1], mask4.shape[2]
+    neg_inf = x4.dtype.type(-np.inf)
+    for r in prange(A * B * C):
+        a, b, c = r // (B * C), (r // C) % B, r % C
+        xr, mr, yr = x4[a, b, c], mask4[a % Am, b % Bm, c % Cm], y4[a, b, c]
+        row_max = neg_inf
+        for j in range(L):  # selects instead of branches: the loop vectorises
+            row_max = max(row_max, neg_inf if mr[j] else scale * xr[j])
+        shift = row_max if row_max > neg_inf else 0 * scale  # fully blocked row: anything finite
+        total = 0 * scale
+        for j in range(L):
+            e = exp_like(scale * xr[j] - shift, xr)
+            e = 0 * scale if mr[j] else e
+            yr[j] = e
+            total += e
+        inv = 1 / total if total > 0 else 0 * total  # fully blocked row -> zeros
+        for j in range(L):
+            yr[j] *= inv
+
+
+VERSIONS = {1: softmax_forward_v1, 2: softmax_forward_v2, 3: softmax_forward_v3}
+DEFAULT = 3
+
+
+def _as_4d_shape(shape):
+    """(..., L) -> (A, B, C, L): prepend ones, or merge extra leading axes into A."""
+    if len(shape) <= 4:
+        return (1,) * (4 - len(shape)) + tuple(shape)
+    return (int(np.prod(shape[:-3])),) + tuple(shape[-3:])
+
+
+def _compact_mask(mask, x_shape, shape4):
+    """The mask as a C-contiguous (Am, Bm, C_m, L) bool array, broadcast only where it must be."""
+    L = x_shape[-1]
+    if mask is None:
+        return np.zeros((1, 1, 1, L), dtype=np.bool_)
+    m = np.asarray(mask, dtype=np.bool_)
+    m = m.reshape((1,) * (len(x_shape) - m.ndim) + m.shape)  # same ndim as x
+    m = np.broadcast_to(m, m.shape[:-1] + (L,))  # a (..., 1) mask gets its L entries
+    if len(x_shape) > 4:  # rare: merging leading axes needs the full broadcast
+        m = np.broadcast_to(m, x_shape).reshape(shape4)
+    return np.ascontiguousarray(m.reshape((1,) * (4 - m.ndim) + m.shape))
+
+
+def softmax_forward(x, scale, mask):
+    """y = softmax(scale * x) over the last axis, mask True = blocked (None: nothing blocked)."""
+    shape4 = _as_4d_shape(x.shape)
+    x4 = np.ascontiguousarray(x).reshape(shape4)  # (A, B, C, L)
+    mask4 = _compact_mask(mask, x.shape, shape4)  # (Am, Bm, C_m, L), each 1 or full
+    y4 = np.empty_like(x4)
+    VERSIONS[DEFAULT](x4, x.dtype.type(scale), mask4, y4)
+    return y4.reshape(x.shape)

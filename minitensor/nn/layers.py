@@ -1,0 +1,119 @@
+"""The layers a Transformer is built from: Linear, Embedding, LayerNorm, Dropout, containers.
+
+Weights are stored in float32 (the master copy). When activations arrive in
+float16 (mixed precision), layers cast their weights to the activations'
+dtype on the way in; the Cast's backward hands float32 gradients back.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import functions as F
+from ..tensor import Tensor, matmul
+from . import init
+from .module import Module, Parameter
+
+
+def _rng(rng):
+    return np.random.default_rng() if rng is None else rng
+
+
+class Linear(Module):
+    """y = x W + b, with W of shape (in_features, out_features) as in §3.3, Eq. (2): xW₁ + b₁."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, rng=None):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = Parameter(init.xavier_uniform((in_features, out_features), _rng(rng)))
+        self.bias = Parameter(init.zeros((out_features,))) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = matmul(x, self.weight.astype(x.dtype))       # (..., in) @ (in, out) -> (..., out)
+        return y if self.bias is None else y + self.bias.astype(x.dtype)
+
+
+class Embedding(Module):
+    """A (num_embeddings, dim) table; forward(ids) looks rows up (§3.4)."""
+
+    def __init__(self, num_embeddings: int, dim: int, rng=None, std: float | None = None):
+        super().__init__()
+        self.num_embeddings, self.dim = num_embeddings, dim
+        rng = _rng(rng)
+        weight = init.normal((num_embeddings, dim), rng, std) if std else \
+            init.xavier_uniform((num_embeddings, dim), rng)
+        self.weight = Parameter(weight)
+
+    def forward(self, ids) -> Tensor:
+        ids = ids.data if isinstance(ids, Tensor) else self.weight.backend.asarray(ids)
+        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= self.num_embeddings):
+            raise IndexError(f"Embedding: ids must lie in [0, {self.num_embeddings}), "
+                             f"got min {int(ids.min())}, max {int(ids.max())}")
+        return F.Embedding.apply(self.weight, ids=ids)  # ids.shape + (dim,)
+
+
+class LayerNorm(Module):
+    """LayerNorm over the last axis with learned gain γ (ones) and bias β (zeros) (§3.1)."""
+
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.dim, self.eps = dim, eps
+        self.gamma = Parameter(init.ones((dim,)))
+        self.beta = Parameter(init.zeros((dim,)))
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.shape[-1] != self.dim:
+            raise ValueError(f"LayerNorm({self.dim}) got input of shape {x.shape}")
+        return F.LayerNorm.apply(x, self.gamma.astype(x.dtype), self.beta.astype(x.dtype), eps=self.eps)
+
+
+class Dropout(Module):
+    """Inverted dropout (§5.4): zero each element with probability p in training, scale the rest by 1/(1−p).
+
+    Each call draws one seed from `rng`; the backend turns it into the mask, so
+    saving `rng`'s state is enough to replay the same masks after a resume.
+    """
+
+    def __init__(self, p: float, rng=None):
+        super().__init__()
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"Dropout probability must be in [0, 1), got {p}")
+        self.p = p
+        self.rng = _rng(rng)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        return F.Dropout.apply(x, p=self.p, seed=int(self.rng.integers(2**63 - 1)))
+
+
+class ModuleList(Module):
+    def __init__(self, modules=()):
+        super().__init__()
+        self._items = []
+        for module in modules:
+            self.append(module)
+
+    def append(self, module: Module) -> None:
+        setattr(self, str(len(self._items)), module)
+        self._items.append(module)
+
+    def __getitem__(self, i):
+        return self._items[i]
+
+    def __len__(self):
+        return len(self._items)
+
+    def __iter__(self):
+        return iter(self._items)
+
+
+class Sequential(ModuleList):
+    def forward(self, x):
+        for module in self._items:
+            x = module(x)
+        return x
+
+
+class ReLU(Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return x.relu()

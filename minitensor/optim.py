@@ -1,0 +1,141 @@
+"""Optimisers and the learning-rate schedule: SGD, Adam (§5.3), NoamSchedule (§5.3, Eq. (3)),
+and gradient clipping by global norm.
+
+Optimisers update `param.data` in place and never touch `param.grad` in place.
+`lr` is a number or a schedule: any callable step -> learning rate.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+class NoamSchedule:
+    """§5.3, Eq. (3): lrate = d_model^−0.5 · min(step^−0.5, step · warmup^−1.5).
+
+    Linear warm-up for `warmup` steps, then decay ∝ 1/√step; the peak is at
+    step = warmup, where both terms are equal. `factor` scales the whole curve
+    (1.0 in the paper; some reimplementations use 2.0).
+    """
+
+    def __init__(self, d_model: int, warmup: int = 4000, factor: float = 1.0):
+        if warmup <= 0:
+            raise ValueError(f"warmup must be positive, got {warmup}")
+        self.d_model, self.warmup, self.factor = d_model, warmup, factor
+
+    def __call__(self, step: int) -> float:
+        step = max(step, 1)                                   # step_num starts at 1
+        return self.factor * self.d_model ** -0.5 * min(step ** -0.5, step * self.warmup ** -1.5)
+
+
+def _named(params):
+    """Accept parameters or (name, parameter) pairs; return a list of pairs."""
+    params = list(params)
+    if params and isinstance(params[0], tuple):
+        return params
+    return [(str(i), p) for i, p in enumerate(params)]
+
+
+class Optimizer:
+    def __init__(self, params, lr):
+        self.named_params = _named(params)
+        if not self.named_params:
+            raise ValueError("optimizer got an empty parameter list")
+        self.lr = lr
+        self.step_count = 0
+
+    @property
+    def params(self):
+        return [p for _, p in self.named_params]
+
+    def current_lr(self, step: int | None = None) -> float:
+        step = self.step_count if step is None else step
+        return float(self.lr(step)) if callable(self.lr) else float(self.lr)
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+
+class SGD(Optimizer):
+    """p ← p − lr·g (optionally with momentum: v ← μv + g; p ← p − lr·v)."""
+
+    def __init__(self, params, lr=0.1, momentum: float = 0.0):
+        super().__init__(params, lr)
+        self.momentum = momentum
+        self.velocity = [None] * len(self.named_params)
+
+    def step(self) -> None:
+        self.step_count += 1
+        lr = self.current_lr()
+        for i, p in enumerate(self.params):
+            if p.grad is None:
+                continue
+            update = p.grad
+            if self.momentum:
+                self.velocity[i] = update if self.velocity[i] is None else self.momentum * self.velocity[i] + update
+                update = self.velocity[i]
+            p.data -= lr * update
+
+
+class Adam(Optimizer):
+    """Adam (Kingma & Ba) with bias correction; the paper's β₁=0.9, β₂=0.98, ε=1e−9 (§5.3).
+
+    The update itself is the backend's fused `adam_step` kernel, one call per parameter.
+    """
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.98), eps: float = 1e-9):
+        super().__init__(params, lr)
+        self.beta1, self.beta2 = betas
+        self.eps = eps
+        self.m = [p.backend.xp.zeros(p.shape, dtype=np.float32) for p in self.params]
+        self.v = [p.backend.xp.zeros(p.shape, dtype=np.float32) for p in self.params]
+
+    def step(self) -> None:
+        self.step_count += 1
+        lr = self.current_lr()
+        for p, m, v in zip(self.params, self.m, self.v):
+            if p.grad is None:
+                continue
+            grad = p.grad if p.grad.dtype == p.dtype else p.grad.astype(p.dtype)
+            p.backend.adam_step(p.data, grad, m, v, lr, self.beta1, self.beta2, self.eps, self.step_count)
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Moments by parameter name plus the step, as NumPy arrays (checkpoint-ready)."""
+        state = {"step": np.array(self.step_count, dtype=np.int64)}
+        for (name, p), m, v in zip(self.named_params, self.m, self.v):
+            state[f"m.{name}"] = p.backend.to_numpy(m)
+            state[f"v.{name}"] = p.backend.to_numpy(v)
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        for i, (name, p) in enumerate(self.named_params):
+            for key, moments in ((f"m.{name}", self.m), (f"v.{name}", self.v)):
+                if key not in state:
+                    raise KeyError(f"optimizer state has no {key!r}")
+                value = np.asarray(state[key])
+                if tuple(value.shape) != p.shape:
+                    raise ValueError(f"optimizer state {key!r} has shape {tuple(value.shape)}, "
+                                     f"parameter has {p.shape}")
+                moments[i] = p.backend.asarray(np.array(value, dtype=np.float32))
+        self.step_count = int(np.asarray(state["step"]))
+
+
+def clip_grad_norm(params, max_norm: float):
+    """Scale all gradients by min(1, max_norm/‖g‖) where ‖g‖ is the global L2 norm.
+
+    Returns the norm before clipping as a 0-d backend array (no device→host
+    sync: read it with float() only when you log it). The paper does not clip.
+    """
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return 0.0
+    xp = params[0].backend.xp
+    total = xp.sqrt(sum((g.astype(np.float32) ** 2).sum() for g in grads))
+    if max_norm is not None and math.isfinite(max_norm):
+        scale = xp.minimum(1.0, max_norm / (total + 1e-6))
+        for p in params:
+            if p.grad is not None:
+                p.grad = p.grad * scale.astype(p.grad.dtype)
+    return total

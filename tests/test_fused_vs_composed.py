@@ -1,0 +1,63 @@
+"""Each fused Function against its composed twin (functions/composed.py): values and gradients."""
+import numpy as np
+import pytest
+
+import minitensor as mt
+from minitensor.functions import CrossEntropy, LayerNorm
+
+
+def pair(array, backend):
+    """Two independent float64 leaves with the same values."""
+    return tuple(mt.tensor(array.copy(), requires_grad=True, dtype="float64", backend=backend) for _ in range(2))
+
+
+def check_same(fused_fn, composed_fn, arrays, backend, seed=0):
+    fused_in = [mt.tensor(a, requires_grad=True, dtype="float64", backend=backend) for a in arrays]
+    composed_in = [mt.tensor(a, requires_grad=True, dtype="float64", backend=backend) for a in arrays]
+    out_f, out_c = fused_fn(*fused_in), composed_fn(*composed_in)
+    mt.assert_close(out_f, out_c, "forward")
+    r = np.random.default_rng(seed).standard_normal(out_f.shape)
+    (out_f * r).sum().backward()
+    (out_c * r).sum().backward()
+    for i, (a, b) in enumerate(zip(fused_in, composed_in)):
+        mt.assert_close(a.grad, b.grad, f"grad of input {i}")
+
+
+def test_softmax_matches_composed(backend, rng):
+    x = rng.standard_normal((2, 3, 4, 6)) * 3
+    mask = rng.random((2, 1, 4, 6)) > 0.6
+    mask[0, 0, 1] = True                                       # one fully blocked row
+    check_same(lambda a: a.softmax(scale=0.5, mask=mask),
+               lambda a: mt.softmax_composed(a, scale=0.5, mask=mask), [x], backend)
+    out = mt.tensor(x, backend=backend).softmax(mask=mask).numpy()
+    assert np.all(out[np.broadcast_to(mask, out.shape)] == 0)  # blocked keys get exactly zero
+    assert np.all(out[0, :, 1] == 0) and np.isfinite(out).all()  # fully blocked row: zeros, not NaN
+
+
+def test_log_softmax_matches_composed(backend, rng):
+    check_same(lambda a: a.log_softmax(), mt.log_softmax_composed, [rng.standard_normal((4, 9)) * 10], backend)
+
+
+def test_layer_norm_matches_composed(backend, rng):
+    arrays = [rng.standard_normal((3, 5, 8)) * 2 + 1, rng.standard_normal(8), rng.standard_normal(8)]
+    check_same(lambda x, g, b: LayerNorm.apply(x, g, b, eps=1e-6),
+               lambda x, g, b: mt.layer_norm_composed(x, g, b, 1e-6), arrays, backend)
+
+
+@pytest.mark.parametrize("pad_idx", [0, None])
+def test_cross_entropy_matches_composed(backend, rng, pad_idx):
+    logits = rng.standard_normal((6, 10)) * 3
+    targets = np.array([3, 0, 9, 1, 0, 5])
+    tgt = mt.get_backend(backend).asarray(targets)
+    check_same(lambda z: CrossEntropy.apply(z, targets=tgt, eps_ls=0.1, pad_idx=pad_idx)[0],
+               lambda z: mt.cross_entropy_composed(z, tgt, 0.1, pad_idx), [logits], backend)
+
+
+def test_cross_entropy_closed_form_and_nll(backend):
+    """V = 4, pad = 0, ε = 0.3: q = [0, 0.7, 0.15, 0.15] for gold token 1."""
+    logits = np.log(np.array([[0.1, 0.4, 0.2, 0.3]]))          # softmax(logits) = these probabilities
+    z = mt.tensor(logits, dtype="float64", backend=backend)
+    loss, nll = CrossEntropy.apply(z, targets=z.backend.asarray(np.array([1])), eps_ls=0.3, pad_idx=0)
+    expected = -(0.7 * np.log(0.4) + 0.15 * np.log(0.2) + 0.15 * np.log(0.3))
+    assert loss.numpy()[0] == pytest.approx(expected, rel=1e-12)
+    assert float(mt.get_backend(backend).to_numpy(nll)[0]) == pytest.approx(-np.log(0.4), rel=1e-12)

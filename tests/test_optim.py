@@ -1,0 +1,79 @@
+"""Optimisers and the schedule against closed forms and a NumPy re-statement."""
+import numpy as np
+import pytest
+
+import minitensor as mt
+from minitensor import nn, optim
+
+
+def test_noam_matches_closed_form():
+    noam = optim.NoamSchedule(d_model=512, warmup=4000)
+    closed = lambda s: 512 ** -0.5 * min(s ** -0.5, s * 4000 ** -1.5)
+    for step in (1, 4000, 100_000):
+        assert noam(step) == pytest.approx(closed(step), rel=1e-12)
+    assert noam(1) == pytest.approx(512 ** -0.5 * 4000 ** -1.5, rel=1e-12)
+    assert noam(4000) == pytest.approx(512 ** -0.5 * 4000 ** -0.5, rel=1e-12)   # the peak ≈ 7.0e-4
+    assert noam(100_000) == pytest.approx(512 ** -0.5 * 100_000 ** -0.5, rel=1e-12)
+    assert max(noam(s) for s in range(1, 20000, 7)) <= noam(4000)
+
+
+def adam_numpy(p, grads, lr, b1, b2, eps):
+    m = v = 0
+    for t, g in enumerate(grads, 1):
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g * g
+        p = p - lr * (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + eps)
+    return p
+
+
+def test_adam_matches_numpy_restatement(backend):
+    rng = np.random.default_rng(0)
+    start = rng.standard_normal((3, 4)).astype(np.float32)
+    grads = [rng.standard_normal((3, 4)).astype(np.float32) for _ in range(5)]
+    p = nn.Parameter(start.copy(), backend=backend)
+    opt = optim.Adam([p], lr=0.01, betas=(0.9, 0.98), eps=1e-9)
+    for g in grads:
+        p.grad = p.backend.asarray(g)
+        opt.step()
+    np.testing.assert_allclose(p.numpy(), adam_numpy(start.astype(np.float64), grads, 0.01, 0.9, 0.98, 1e-9),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_adam_state_round_trip_continues_identically():
+    rng = np.random.default_rng(0)
+    grads = [rng.standard_normal(4).astype(np.float32) for _ in range(6)]
+    a, b = nn.Parameter(np.ones(4)), nn.Parameter(np.ones(4))
+    opt_a = optim.Adam([("w", a)], lr=optim.NoamSchedule(16, warmup=3))
+    for g in grads[:3]:
+        a.grad = g
+        opt_a.step()
+    b.data = a.data.copy()
+    opt_b = optim.Adam([("w", b)], lr=optim.NoamSchedule(16, warmup=3))
+    opt_b.load_state_dict(opt_a.state_dict())
+    for g in grads[3:]:
+        a.grad = b.grad = g
+        opt_a.step()
+        opt_b.step()
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+    with pytest.raises(KeyError, match="m.w"):
+        opt_b.load_state_dict({"step": np.array(1)})
+
+
+def test_sgd_step():
+    p = nn.Parameter(np.array([1.0, 2.0]))
+    p.grad = np.array([0.5, -1.0], dtype=np.float32)
+    optim.SGD([p], lr=0.1).step()
+    np.testing.assert_allclose(p.numpy(), [0.95, 2.1])
+
+
+def test_clip_grad_norm_scales_to_max_norm():
+    a, b = nn.Parameter(np.zeros(2)), nn.Parameter(np.zeros(1))
+    a.grad, b.grad = np.array([3.0, 0.0], np.float32), np.array([4.0], np.float32)
+    norm = optim.clip_grad_norm([a, b], max_norm=1.0)
+    assert float(norm) == pytest.approx(5.0)
+    total = np.sqrt((a.grad ** 2).sum() + (b.grad ** 2).sum())
+    assert total == pytest.approx(1.0, rel=1e-5)
+    a.grad = np.array([0.3, 0.0], np.float32)
+    b.grad = np.array([0.4], np.float32)
+    optim.clip_grad_norm([a, b], max_norm=1.0)               # below the limit: unchanged
+    np.testing.assert_allclose(a.grad, [0.3, 0.0])

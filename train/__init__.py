@@ -1,0 +1,1 @@
+"""Training pipeline: built-in task, data reading, tokenizer, batching (more to come)."""

@@ -1,0 +1,326 @@
+"""The run config: one frozen dataclass tree, read from TOML, changed with `--set key=value`.
+
+A run is described completely by a `RunConfig`:
+
+    [task]       which sentence pairs (the built-in task, your own files, Multi30k)
+    [tokenizer]  the shared subword vocabulary (§5.1)
+    [model]      the Transformer's hyperparameters, with the paper's names (§3, Table 3)
+    [train]      batching, optimizer (§5.3), schedule, checkpoints, logging
+    [decode]     beam search for validation and the final test (§6.1)
+
+Every field has the paper's value as default where the paper has one, so a
+config file only lists what differs. Keys are checked: an unknown key is an
+`InputError` that names the file, the line and the closest valid key; a value
+of the wrong type is an `InputError` that names the key and the expected type.
+"""
+
+import dataclasses
+import difflib
+import json
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from train.errors import InputError
+
+TASK_KINDS = ("builtin", "files", "multi30k")
+PRECISIONS = ("fp32", "fp16")
+BACKENDS = ("numpy", "numba", "cupy", "cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """Where the sentence pairs come from.
+
+    kind = "builtin": train.tasks generates the number task into the run dir.
+    kind = "files": your own parallel files; `*_src`/`*_tgt` are paths (`.gz` is fine).
+      A path starting with `shared:` is under the project's `../shared/data`,
+      e.g. `shared:wmt_newstest/newstest2013.en` (the paper's dev set, §6.2).
+    kind = "multi30k": Multi30k task 1 En-De from `../shared/data/multi30k`.
+    """
+
+    kind: str = "builtin"
+    seed: int = 0  # builtin: the grammar's seed
+    n_train: int = 20_000  # builtin: number of generated pairs per split
+    n_valid: int = 500
+    n_test: int = 500
+    train_src: str = ""  # files: "" means not set
+    train_tgt: str = ""
+    valid_src: str = ""
+    valid_tgt: str = ""
+    test_src: str = ""
+    test_tgt: str = ""
+    max_len: int = 128  # training pairs with more subword tokens on a side are dropped
+
+    def __post_init__(self):
+        _choice("task.kind", self.kind, TASK_KINDS)
+        _positive("task.max_len", self.max_len)
+
+
+@dataclass(frozen=True)
+class TokenizerConfig:
+    """§5.1: one BPE vocabulary shared by source and target (37000 for En-De)."""
+
+    vocab_size: int = 37_000
+    model_type: str = "bpe"  # or "unigram" (word-piece-like, the En-Fr setting)
+    sample_size: int = 2_000_000  # sentences sampled to train it
+
+    def __post_init__(self):
+        _choice("tokenizer.model_type", self.model_type, ("bpe", "unigram"))
+        _positive("tokenizer.vocab_size", self.vocab_size)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Table 3 hyperparameters; defaults are the base model. vocab_size comes from the tokenizer."""
+
+    N: int = 6
+    d_model: int = 512
+    d_ff: int = 2048
+    h: int = 8
+    d_k: int = 64
+    d_v: int = 64
+    p_drop: float = 0.1  # §5.4 residual dropout
+    eps_ls: float = 0.1  # §5.4 label smoothing
+    attention_dropout: float = 0.0
+    norm: str = "post"  # §3.1 LayerNorm(x + Sublayer(x)); "pre" is a DEVIATION(§3.1) option
+    positional: str = "sinusoidal"  # §3.5; "learned" is Table 3 row (E)
+    tie_embeddings: bool = True  # §3.4 one matrix for both embeddings and the softmax
+    max_len: int = 512  # longest sequence the positional table covers
+
+    def __post_init__(self):
+        _choice("model.norm", self.norm, ("post", "pre"))
+        _choice("model.positional", self.positional, ("sinusoidal", "learned"))
+        for name in ("N", "d_model", "d_ff", "h", "d_k", "d_v", "max_len"):
+            _positive(f"model.{name}", getattr(self, name))
+        for name in ("p_drop", "eps_ls", "attention_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise InputError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Batching (§5.1), optimizer and schedule (§5.3), and the run's bookkeeping."""
+
+    max_tokens: int = 4096  # padded tokens per side per batch (§5.1: ~25000 per step)
+    accum: int = 1  # batches per optimizer step; max_tokens * accum ~ tokens per step
+    max_steps: int = 100_000  # §5.2 base: 100k steps
+    warmup_steps: int = 4000  # §5.3
+    lr_factor: float = 1.0  # scales Eq. (3); 1.0 in the paper
+    adam_beta1: float = 0.9  # §5.3
+    adam_beta2: float = 0.98
+    adam_eps: float = 1e-9
+    clip_norm: float = 0.0  # 0 = no clipping (the paper does not clip)
+    seed: int = 0  # model init, dropout, batch order
+    backend: str = "cpu"  # minitensor backend: numpy, numba, cupy, cpu (best CPU), cuda
+    precision: str = "fp32"  # "fp16" = mixed precision with dynamic loss scaling (cuda only)
+    log_every: int = 100  # updates between log lines
+    valid_every: int = 1000  # updates between validations (0 = only at the end)
+    valid_bleu_sentences: int = 200  # validation BLEU on this many sentences (0 = skip)
+    valid_beam: int = 1  # 1 = greedy decoding during validation (fast), >1 = beam size
+    ckpt_every: int = 1000  # updates between checkpoints
+    ckpt_minutes: float = 0.0  # also checkpoint every this many minutes (0 = off; §6.1 used 10)
+    keep_last: int = 5  # checkpoints kept on disk
+    average_last: int = 5  # §6.1: average this many last checkpoints for the final model (base 5, big 20)
+
+    def __post_init__(self):
+        _choice("train.backend", self.backend, BACKENDS)
+        _choice("train.precision", self.precision, PRECISIONS)
+        for name in ("max_tokens", "accum", "max_steps", "warmup_steps", "log_every",
+                     "ckpt_every", "keep_last", "average_last", "valid_beam"):
+            _positive(f"train.{name}", getattr(self, name))
+        if self.average_last > self.keep_last:
+            raise InputError(f"train.average_last ({self.average_last}) cannot exceed "
+                             f"train.keep_last ({self.keep_last}): the older checkpoints are deleted")
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """§6.1: beam size 4, length penalty α = 0.6, maximum output length input + 50."""
+
+    beam: int = 4
+    alpha: float = 0.6
+    max_len_b: int = 50
+    max_tokens: int = 4096  # source tokens per decoding batch
+
+    def __post_init__(self):
+        for name in ("beam", "max_len_b", "max_tokens"):
+            _positive(f"decode.{name}", getattr(self, name))
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    name: str = "run"
+    task: TaskConfig = field(default_factory=TaskConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes) -> "RunConfig":
+        return dataclasses.replace(self, **changes)
+
+
+# Keys that may change between a run and its resumption (they do not change the math so far).
+RESUMABLE_KEYS = frozenset({
+    "name", "train.max_steps", "train.log_every", "train.valid_every", "train.valid_bleu_sentences",
+    "train.valid_beam", "train.ckpt_every", "train.ckpt_minutes", "train.keep_last",
+    "train.average_last", "train.backend",
+}) | {f"decode.{f.name}" for f in dataclasses.fields(DecodeConfig)}
+
+
+# ------------------------------------------------------------------ checks
+def _choice(key: str, value, choices) -> None:
+    if value not in choices:
+        raise InputError(f"{key} must be one of {', '.join(map(repr, choices))}; got {value!r}")
+
+
+def _positive(key: str, value) -> None:
+    if value <= 0:
+        raise InputError(f"{key} must be positive, got {value}")
+
+
+def _sections() -> dict[str, type]:
+    return {f.name: f.type for f in dataclasses.fields(RunConfig) if dataclasses.is_dataclass(f.type)}
+
+
+def valid_keys() -> list[str]:
+    """Every settable dotted key, e.g. 'model.d_model'."""
+    keys = [f.name for f in dataclasses.fields(RunConfig) if not dataclasses.is_dataclass(f.type)]
+    for section, cls in _sections().items():
+        keys += [f"{section}.{f.name}" for f in dataclasses.fields(cls)]
+    return keys
+
+
+def _unknown_key(key: str, where: str) -> InputError:
+    # A bare field name (d_model) is most likely that field in some section.
+    close = [k for k in valid_keys() if k.endswith("." + key)][:1] if "." not in key else []
+    close = close or difflib.get_close_matches(key, valid_keys(), n=1, cutoff=0.5)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return InputError(f"{where}: unknown config key {key!r}{hint}")
+
+
+def _check_type(key: str, value, annotation, where: str):
+    """The value converted to the field's type, or InputError saying what was expected."""
+    kind = annotation if isinstance(annotation, type) else typing.get_origin(annotation)
+    ok = (isinstance(value, bool) if kind is bool
+          else isinstance(value, int) and not isinstance(value, bool) if kind is int
+          else isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float
+          else isinstance(value, str) if kind is str
+          else False)
+    if not ok:
+        raise InputError(f"{where}: {key} must be {kind.__name__}, got {type(value).__name__} {value!r}")
+    return float(value) if kind is float else value
+
+
+def _key_line(text: str, key: str) -> int | None:
+    """Line number (from 1) where a dotted key is set in TOML text, for error messages."""
+    section, _, leaf = key.rpartition(".")
+    current = ""
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if stripped.startswith("[") and stripped.endswith("]"):
+            current = stripped.strip("[]").strip()
+        elif "=" in stripped and not stripped.startswith("#"):
+            name = stripped.split("=", 1)[0].strip().strip('"')
+            if (current, name) == (section, leaf) or (current == "" and name == key):
+                return number
+    return None
+
+
+def from_dict(data: dict, where: str = "config", text: str | None = None) -> RunConfig:
+    """Build a RunConfig from nested dicts (TOML or JSON), checking every key and type."""
+    sections, kwargs = _sections(), {}
+    hints = typing.get_type_hints(RunConfig)
+    for key, value in data.items():
+        if key in sections:
+            if not isinstance(value, dict):
+                raise InputError(f"{where}: [{key}] must be a table of settings, got {value!r}")
+            cls, cls_hints = sections[key], typing.get_type_hints(sections[key])
+            fields = {}
+            for leaf, leaf_value in value.items():
+                dotted = f"{key}.{leaf}"
+                at = _where(where, text, dotted)
+                if leaf not in cls_hints:
+                    raise _unknown_key(dotted, at)
+                fields[leaf] = _check_type(dotted, leaf_value, cls_hints[leaf], at)
+            kwargs[key] = cls(**fields)
+        elif key in hints:
+            kwargs[key] = _check_type(key, value, hints[key], _where(where, text, key))
+        else:
+            raise _unknown_key(key, _where(where, text, key))
+    return RunConfig(**kwargs)
+
+
+def _where(where: str, text: str | None, key: str) -> str:
+    line = _key_line(text, key) if text is not None else None
+    return f"{where}:{line}" if line else where
+
+
+def load(path: str | Path, overrides: list[str] = ()) -> RunConfig:
+    """Read a TOML config file and apply `key=value` overrides (values in TOML syntax)."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: config file not found")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = path.read_bytes()[:err.start].count(b"\n") + 1
+        raise InputError(f"{path}:{line}: not valid UTF-8") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise InputError(f"{path}: not valid TOML ({err})") from None
+    base = from_dict(data, where=str(path), text=text)
+    return apply_overrides(base, overrides)
+
+
+def parse_override(item: str) -> tuple[str, object]:
+    """'model.d_model=256' -> ('model.d_model', 256); a value that is not TOML is a string."""
+    key, sep, raw = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise InputError(f"--set {item!r}: expected KEY=VALUE, e.g. model.d_model=256")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()  # bare words such as backend=numba
+    return key, value
+
+
+def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
+    """A copy of `config` with each `--set key=value` applied (and re-checked)."""
+    data = config.to_dict()
+    for item in overrides:
+        key, value = parse_override(item)
+        section, _, leaf = key.rpartition(".")
+        target = data.get(section) if section else data
+        if not isinstance(target, dict) or leaf not in target or isinstance(target[leaf], dict):
+            raise _unknown_key(key, f"--set {item}")
+        target[leaf] = value
+    return from_dict(data, where="--set")
+
+
+def diff(old: dict, new: dict, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two config dicts."""
+    keys = []
+    for key in sorted(old.keys() | new.keys()):
+        a, b, dotted = old.get(key), new.get(key), f"{prefix}{key}"
+        if isinstance(a, dict) and isinstance(b, dict):
+            keys += diff(a, b, dotted + ".")
+        elif a != b:
+            keys.append(dotted)
+    return keys
+
+
+def to_json(config: RunConfig) -> str:
+    return json.dumps(config.to_dict(), indent=2, sort_keys=True)
+
+
+__all__ = ["RunConfig", "TaskConfig", "TokenizerConfig", "ModelConfig", "TrainConfig", "DecodeConfig",
+           "load", "from_dict", "apply_overrides", "parse_override", "valid_keys", "diff", "to_json",
+           "RESUMABLE_KEYS"]

@@ -1,0 +1,262 @@
+"""Checkpoints as safetensors files, written and read here: no pickle, no safetensors package.
+
+Checkpoint averaging follows §6.1 ("averaging the last 5 checkpoints").
+
+File layout (the safetensors format, https://github.com/huggingface/safetensors):
+
+    8 bytes   little-endian uint64 N, the header's length
+    N bytes   JSON {name: {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]},
+                    "__metadata__": {str: str}}, padded with spaces to a multiple of 8
+    rest      the tensors' raw little-endian bytes, C order; offsets are relative to here
+
+`__metadata__` holds our metadata as JSON text under "json", plus "sha256" (hash of
+all tensor bytes) and "sha256_tensors" (JSON {name: hash}) so that a bad byte is
+blamed on the tensor that holds it. The API works on plain NumPy dicts; the model
+and optimizer convert their state to and from these.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+DTYPES = {
+    "F16": np.dtype("<f2"),
+    "F32": np.dtype("<f4"),
+    "F64": np.dtype("<f8"),
+    "I32": np.dtype("<i4"),
+    "I64": np.dtype("<i8"),
+    "U8": np.dtype("u1"),
+    "BOOL": np.dtype("?"),
+}
+_CODES = {dtype: code for code, dtype in DTYPES.items()}
+_CHECKPOINT_NAME = re.compile(r"ckpt_(\d+)\.safetensors")
+_MAX_HEADER = 100_000_000  # the reference reader's limit; a larger value means a corrupt file
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used; the message names the file and, where known, the tensor."""
+
+
+def checkpoint_path(run_dir: str | Path, step: int) -> Path:
+    """The file name list_checkpoints() expects: run_dir/ckpt_<step:08d>.safetensors."""
+    return Path(run_dir) / f"ckpt_{step:08d}.safetensors"
+
+
+def _sha256(data) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _little_endian(name: str, array: np.ndarray, path: Path) -> tuple[str, np.ndarray]:
+    """(dtype code, array in the file's byte order) or CheckpointError for an unsupported dtype."""
+    array = np.asarray(array)
+    code = _CODES.get(array.dtype.newbyteorder("<"))  # big-endian input is byte-swapped on write
+    if code is None:
+        supported = ", ".join(str(d) for d in DTYPES.values())
+        raise CheckpointError(f"{path.name}: tensor {name!r} has dtype {array.dtype}, not one of {supported}")
+    return code, array.astype(DTYPES[code], copy=False)
+
+
+def save_checkpoint(path: str | Path, tensors: dict[str, np.ndarray], metadata: dict) -> None:
+    """Write tensors and JSON-able metadata to path atomically (readers see the old file or the new one).
+
+    Writes path.tmp-<pid>, fsyncs it, renames it onto path, then fsyncs the folder so the
+    rename itself survives a crash. Tensors are laid out sorted by name for stable files.
+    """
+    path = Path(path)
+    names = sorted(tensors)
+    arrays, header, offset = [], {}, 0
+    for name in names:
+        code, array = _little_endian(name, tensors[name], path)
+        header[name] = {"dtype": code, "shape": list(array.shape), "data_offsets": [offset, offset + array.nbytes]}
+        arrays.append(array.tobytes(order="C"))
+        offset += array.nbytes
+    header["__metadata__"] = {
+        "json": json.dumps(metadata, sort_keys=True),
+        "sha256": _sha256(b"".join(arrays)),
+        "sha256_tensors": json.dumps({name: _sha256(data) for name, data in zip(names, arrays)}),
+    }
+    header_bytes = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    header_bytes += b" " * (-len(header_bytes) % 8)  # pad so the tensor bytes start 8-aligned
+
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(len(header_bytes).to_bytes(8, "little"))
+            f.write(header_bytes)
+            for data in arrays:
+                f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    if not hasattr(os, "O_DIRECTORY"):  # Windows cannot open a folder to fsync it
+        return
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_header(path: Path, buf: bytearray) -> tuple[dict, int]:
+    """(header dict, absolute offset where tensor bytes start); CheckpointError if malformed."""
+    name = path.name
+    if len(buf) < 8:
+        raise CheckpointError(f"{name}: file has {len(buf)} bytes, too short for the 8-byte header length")
+    n = int.from_bytes(buf[:8], "little")
+    if n > _MAX_HEADER or 8 + n > len(buf):
+        raise CheckpointError(f"{name}: header claims {n} bytes but the file has {len(buf)} bytes")
+    try:
+        header = json.loads(bytes(buf[8 : 8 + n]).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{name}: header is not valid JSON ({err})") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{name}: header is a JSON {type(header).__name__}, expected an object")
+    return header, 8 + n
+
+
+def _tensor_view(path: Path, buf: bytearray, start: int, name: str, info) -> np.ndarray:
+    """The tensor `name` as an array over buf, after checking its entry against the file."""
+    where = f"{path.name}: tensor {name!r}"
+    if not isinstance(info, dict) or info.get("dtype") not in DTYPES:
+        raise CheckpointError(f"{where} has a bad header entry or unsupported dtype: {info!r}")
+    try:
+        shape = tuple(int(d) for d in info["shape"])
+        begin, end = (int(x) for x in info["data_offsets"])
+    except (KeyError, TypeError, ValueError):
+        raise CheckpointError(f"{where} has a bad header entry {info!r}") from None
+    dtype, size = DTYPES[info["dtype"]], int(np.prod(shape))
+    if any(d < 0 for d in shape) or not 0 <= begin <= end:
+        raise CheckpointError(f"{where} has a bad shape {shape} or offsets {begin}..{end}")
+    if end - begin != dtype.itemsize * size:
+        raise CheckpointError(f"{where} has shape {shape} of {info['dtype']} but spans {end - begin} bytes")
+    if start + end > len(buf):
+        raise CheckpointError(
+            f"{where} needs bytes {start + begin}..{start + end} but the file has {len(buf)} bytes"
+        )
+    if size == 0:
+        return np.zeros(shape, dtype)
+    array = np.frombuffer(buf, dtype=dtype, count=size, offset=start + begin).reshape(shape)
+    return array if array.flags.aligned else array.copy()  # unaligned views are slow to compute on
+
+
+def _verify(path: Path, buf: bytearray, start: int, header: dict, raw_meta: dict) -> None:
+    """Compare stored hashes with the bytes; blame the first tensor whose bytes changed."""
+    if "sha256" not in raw_meta:  # a file from another writer: nothing to verify against
+        return
+    if _sha256(memoryview(buf)[start:]) == raw_meta["sha256"]:
+        return
+    per_tensor = json.loads(raw_meta.get("sha256_tensors", "{}"))
+    for name, digest in sorted(per_tensor.items()):
+        begin, end = header.get(name, {}).get("data_offsets", (0, 0))
+        if _sha256(memoryview(buf)[start + begin : start + end]) != digest:
+            raise CheckpointError(f"{path.name}: tensor {name!r} fails its sha256 check (bytes changed)")
+    raise CheckpointError(f"{path.name}: tensor bytes fail their sha256 check (extra or missing bytes)")
+
+
+def load_checkpoint(path: str | Path, verify: bool = True) -> tuple[dict[str, np.ndarray], dict]:
+    """Read (tensors, metadata) written by save_checkpoint (or any safetensors file in DTYPES).
+
+    Arrays are writable views into one buffer holding the file. With verify=True the stored
+    sha256 hashes are checked. Raises CheckpointError naming the file and tensor on any problem.
+    """
+    path = Path(path)
+    with open(path, "rb") as f:
+        buf = bytearray(f.read())
+    header, start = _read_header(path, buf)
+    raw_meta = header.pop("__metadata__", None) or {}
+    if not isinstance(raw_meta, dict):
+        raise CheckpointError(f"{path.name}: __metadata__ is not a JSON object")
+    tensors = {name: _tensor_view(path, buf, start, name, info) for name, info in sorted(header.items())}
+    if verify:
+        _verify(path, buf, start, header, raw_meta)
+    if "json" in raw_meta:
+        try:
+            metadata = json.loads(raw_meta["json"])
+        except json.JSONDecodeError as err:
+            raise CheckpointError(f"{path.name}: __metadata__['json'] is not valid JSON ({err})") from None
+    else:
+        metadata = dict(raw_meta)
+    return tensors, metadata
+
+
+def check_shapes(expected: dict[str, tuple], tensors: dict[str, np.ndarray], path: str | Path) -> None:
+    """Raise CheckpointError naming the file and tensors that are missing, unexpected or mis-shaped."""
+    name = Path(path).name
+    problems = [f"tensor {k!r} is missing (expected shape {tuple(v)})" for k, v in expected.items() if k not in tensors]
+    problems += [f"unexpected tensor {k!r} of shape {tensors[k].shape}" for k in tensors if k not in expected]
+    problems += [
+        f"tensor {k!r} has shape {tensors[k].shape} but {tuple(v)} is expected"
+        for k, v in expected.items()
+        if k in tensors and tuple(tensors[k].shape) != tuple(v)
+    ]
+    if problems:
+        more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
+        raise CheckpointError(f"{name}: " + "; ".join(problems[:3]) + more)
+
+
+def average_checkpoints(paths: list[str | Path]) -> tuple[dict[str, np.ndarray], dict]:
+    """§6.1: element-wise mean of the float tensors of several checkpoints, and the last one's metadata.
+
+    Sums in float64 and casts back to each tensor's dtype. Integer and bool tensors
+    (step counters, masks) are not averaged: they are taken from the last file.
+    All files must hold the same names, shapes and dtypes.
+    """
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise CheckpointError("average_checkpoints: no checkpoint files given")
+    first, metadata = load_checkpoint(paths[0])
+    sums = {k: v.astype(np.float64) for k, v in first.items() if np.issubdtype(v.dtype, np.floating)}
+    last = first
+    for path in paths[1:]:
+        tensors, metadata = load_checkpoint(path)
+        for k in sorted(first.keys() | tensors.keys()):
+            if k not in tensors:
+                raise CheckpointError(f"{path.name}: tensor {k!r} is missing (it is in {paths[0].name})")
+            if k not in first:
+                raise CheckpointError(f"{path.name}: tensor {k!r} is not in {paths[0].name}")
+            a, b = first[k], tensors[k]
+            if a.shape != b.shape or a.dtype != b.dtype:
+                raise CheckpointError(
+                    f"{path.name}: tensor {k!r} is {b.dtype}{list(b.shape)} "
+                    f"but {a.dtype}{list(a.shape)} in {paths[0].name}"
+                )
+            if k in sums:
+                sums[k] += b
+        last = tensors
+    averaged = {k: (sums[k] / len(paths)).astype(v.dtype) if k in sums else v for k, v in last.items()}
+    return averaged, metadata
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Files run_dir/ckpt_<step>.safetensors, oldest step first; [] if the folder does not exist."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in run_dir.iterdir() if (m := _CHECKPOINT_NAME.fullmatch(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def latest_valid_checkpoint(run_dir: str | Path) -> Path | None:
+    """The newest checkpoint that loads and verifies; corrupt ones are skipped with a warning."""
+    for path in reversed(list_checkpoints(run_dir)):
+        try:
+            load_checkpoint(path, verify=True)
+        except (CheckpointError, OSError) as err:
+            warnings.warn(f"skipping unusable checkpoint: {err}", stacklevel=2)
+            continue
+        return path
+    return None
