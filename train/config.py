@@ -79,21 +79,25 @@ class ModelConfig:
     d_model: int = 512
     d_ff: int = 2048
     h: int = 8
-    d_k: int = 64
-    d_v: int = 64
+    d_k: int = 0  # 0 = d_model / h (§3.2.2)
+    d_v: int = 0
     p_drop: float = 0.1  # §5.4 residual dropout
     eps_ls: float = 0.1  # §5.4 label smoothing
     attention_dropout: float = 0.0
     norm: str = "post"  # §3.1 LayerNorm(x + Sublayer(x)); "pre" is a DEVIATION(§3.1) option
     positional: str = "sinusoidal"  # §3.5; "learned" is Table 3 row (E)
     tie_embeddings: bool = True  # §3.4 one matrix for both embeddings and the softmax
-    max_len: int = 512  # longest sequence the positional table covers
+    layernorm_eps: float = 1e-6  # paper silent
+    max_len: int = 1024  # longest sequence the positional table covers
 
     def __post_init__(self):
         _choice("model.norm", self.norm, ("post", "pre"))
         _choice("model.positional", self.positional, ("sinusoidal", "learned"))
-        for name in ("N", "d_model", "d_ff", "h", "d_k", "d_v", "max_len"):
+        for name in ("N", "d_model", "d_ff", "h", "max_len"):
             _positive(f"model.{name}", getattr(self, name))
+        for name in ("d_k", "d_v"):
+            if getattr(self, name) < 0:
+                raise InputError(f"model.{name} must be positive (or 0 for d_model/h), got {getattr(self, name)}")
         for name in ("p_drop", "eps_ls", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise InputError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
@@ -163,6 +167,19 @@ class RunConfig:
 
     def replace(self, **changes) -> "RunConfig":
         return dataclasses.replace(self, **changes)
+
+
+def transformer_config(model: ModelConfig, vocab_size: int):
+    """The model section as a transformer.config.TransformerConfig for this vocabulary."""
+    from transformer.config import TransformerConfig
+
+    values = dataclasses.asdict(model)
+    values["d_k"] = values["d_k"] or None  # None: derived as d_model / h
+    values["d_v"] = values["d_v"] or None
+    try:
+        return TransformerConfig(vocab_size=vocab_size, **values)
+    except ValueError as err:
+        raise InputError(f"[model] {err}") from None
 
 
 # Keys that may change between a run and its resumption (they do not change the math so far).
@@ -322,5 +339,5 @@ def to_json(config: RunConfig) -> str:
 
 
 __all__ = ["RunConfig", "TaskConfig", "TokenizerConfig", "ModelConfig", "TrainConfig", "DecodeConfig",
-           "load", "from_dict", "apply_overrides", "parse_override", "valid_keys", "diff", "to_json",
+           "load", "from_dict", "transformer_config", "apply_overrides", "parse_override", "valid_keys", "diff", "to_json",
            "RESUMABLE_KEYS"]

@@ -44,11 +44,12 @@ class Embedding(Module):
         self.weight = Parameter(weight)
 
     def forward(self, ids) -> Tensor:
-        ids = ids.data if isinstance(ids, Tensor) else self.weight.backend.asarray(ids)
-        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= self.num_embeddings):
+        ids = ids.data if isinstance(ids, Tensor) else ids
+        if isinstance(ids, np.ndarray) and ids.size and (ids.min() < 0 or ids.max() >= self.num_embeddings):
+            # checked on the host only: on a GPU the check would cost a device->host sync every step
             raise IndexError(f"Embedding: ids must lie in [0, {self.num_embeddings}), "
                              f"got min {int(ids.min())}, max {int(ids.max())}")
-        return F.Embedding.apply(self.weight, ids=ids)  # ids.shape + (dim,)
+        return F.Embedding.apply(self.weight, ids=self.weight.backend.asarray(ids))  # ids.shape + (dim,)
 
 
 class LayerNorm(Module):

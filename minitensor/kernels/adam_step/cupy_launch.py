@@ -27,6 +27,11 @@ def _module():
     return cp.RawModule(code=code, options=("-std=c++17",), name_expressions=names)
 
 
+def _fit(kernel, block):
+    """The block size, lowered to what the kernel's register use allows (a multiple of 32)."""
+    return min(block, kernel.max_threads_per_block)
+
+
 def _args(param, grad, m, v, lr, beta1, beta2, eps, step):
     pair = (CTYPES.get(param.dtype), CTYPES.get(grad.dtype))
     if pair not in PAIRS or m.dtype != param.dtype or v.dtype != param.dtype:
@@ -44,6 +49,7 @@ def launch_v1(param, grad, m, v, lr, beta1, beta2, eps, step, block=256):
     pair, args = _args(param, grad, m, v, lr, beta1, beta2, eps, step)
     if param.size:
         kernel = _module().get_function(f"adam_step_v1<{pair[0]}, {pair[1]}>")
+        block = _fit(kernel, block)
         kernel(((param.size + block - 1) // block,), (block,), args)  # one thread per element
 
 
@@ -52,9 +58,11 @@ def launch_v2(param, grad, m, v, lr, beta1, beta2, eps, step, block=256):
 
     pair, args = _args(param, grad, m, v, lr, beta1, beta2, eps, step)
     if param.size:
+        kernel = _module().get_function(f"adam_step_v2<{pair[0]}, {pair[1]}>")
+        block = _fit(kernel, block)
         sms = cp.cuda.Device().attributes["MultiProcessorCount"]
         grid = min(8 * sms, (param.size + 4 * block - 1) // (4 * block))  # >= 4 elements a thread
-        _module().get_function(f"adam_step_v2<{pair[0]}, {pair[1]}>")((grid,), (block,), args)
+        kernel((grid,), (block,), args)
 
 
 VERSIONS = {1: launch_v1, 2: launch_v2}

@@ -47,7 +47,8 @@ DEFAULT = 2
 
 def adam_step(param, grad, m, v, lr, beta1, beta2, eps, step):
     """In place on same-shaped contiguous arrays; returns None."""
-    flat = [a.reshape(-1) for a in (param, grad, m, v)]  # views: inputs are C-contiguous
-    if any(not np.shares_memory(f, a) for f, a in zip(flat, (param, grad, m, v))):
-        raise ValueError("adam_step needs C-contiguous arrays (it updates them in place)")
+    arrays = (param, grad, m, v)
+    if not all(a.flags.c_contiguous and a.shape == param.shape for a in arrays):
+        raise ValueError("adam_step needs same-shaped C-contiguous arrays (it updates in place)")
+    flat = [a.reshape(-1) for a in arrays]  # (P,) views, so the updates land in the callers' arrays
     VERSIONS[DEFAULT](*flat, float(lr), float(beta1), float(beta2), float(eps), int(step))

@@ -5,8 +5,8 @@
 //     reduction through shared memory, then one pass writing dlogits (the re-read mostly hits L2)
 //
 // Never builds q: with u = smoothing mass per other token (eps/(V-2), or eps/(V-1) without a
-// pad token; passed in as `smooth`) and sum(q) = 1,
-//   loss = -sum_j q_j (x_j - lse) = lse - (1-eps) x_t - u (sum_j x_j - x_t - x_pad)
+// pad token; passed in as `smooth`),
+//   loss = -sum_j q_j (x_j - lse) = sum(q) lse - (1-eps) x_t - u (sum_j x_j - x_t - x_pad)
 //   nll = lse - x_t,   dlogits_j = softmax(x)_j - q_j
 // Rows whose target is pad_idx give zeros (pad_idx < 0 means none).
 // Shapes: N = rows, V = vocabulary. loss, nll: (N,) in Acc<T>; dlogits (N, V) in T.
@@ -56,15 +56,17 @@ template <typename A> __device__ __forceinline__ void online_merge(A& m, A& s, A
 template <typename T>
 __device__ __forceinline__ void write_row_stats(typename Acc<T>::type* loss, typename Acc<T>::type* nll,
                                                 long long r, const T* xr, long long t,
-                                                long long pad_idx, typename Acc<T>::type lse,
+                                                long long pad_idx, int V, typename Acc<T>::type lse,
                                                 typename Acc<T>::type sum_x,
                                                 typename Acc<T>::type eps_ls,
                                                 typename Acc<T>::type smooth) {
     typedef typename Acc<T>::type A;
     const A x_t = load(xr[t]);
     const A x_pad = pad_idx >= 0 ? load(xr[pad_idx]) : A(0);
+    // sum(q) is 1 except in tiny vocabularies (V = 2 with a pad token: the pad takes no mass)
+    const A q_sum = (A(1) - eps_ls) + smooth * A(V - 1 - (pad_idx >= 0 ? 1 : 0));
     nll[r] = lse - x_t;
-    loss[r] = lse - (A(1) - eps_ls) * x_t - smooth * (sum_x - x_t - x_pad);
+    loss[r] = q_sum * lse - (A(1) - eps_ls) * x_t - smooth * (sum_x - x_t - x_pad);
 }
 
 template <typename T>
@@ -94,7 +96,7 @@ __global__ void cross_entropy_forward_v1(typename Acc<T>::type* __restrict__ los
         s += exp_(load(xr[j]) - m);
         sum_x += load(xr[j]);
     }
-    write_row_stats<T>(loss, nll, r, xr, t, pad_idx, m + log_(s), sum_x, eps_ls, smooth);
+    write_row_stats<T>(loss, nll, r, xr, t, pad_idx, V, m + log_(s), sum_x, eps_ls, smooth);
     for (int j = 0; j < V; ++j) {
         const A q = j == t ? A(1) - eps_ls : (j == pad_idx ? A(0) : smooth);
         store(dr[j], exp_(load(xr[j]) - m) / s - q);
@@ -158,7 +160,7 @@ __global__ void cross_entropy_forward_v2(typename Acc<T>::type* __restrict__ los
         if (lane == 0) {
             warp_m[0] = m;
             warp_s[0] = s;
-            write_row_stats<T>(loss, nll, r, xr, t, pad_idx, m + log_(s), sum_x, eps_ls, smooth);
+            write_row_stats<T>(loss, nll, r, xr, t, pad_idx, V, m + log_(s), sum_x, eps_ls, smooth);
         }
     }
     __syncthreads();

@@ -28,6 +28,11 @@ def _module():
     return cp.RawModule(code=code, options=("-std=c++17",), name_expressions=names)
 
 
+def _fit(kernel, block):
+    """The block size, lowered to what the kernel's register use allows (a multiple of 32)."""
+    return min(block, kernel.max_threads_per_block)
+
+
 def _launch(version, logits, targets, eps_ls, pad_idx, grid_of, block):
     import cupy as cp
 
@@ -44,17 +49,19 @@ def _launch(version, logits, targets, eps_ls, pad_idx, grid_of, block):
     smooth = smoothing_mass(eps_ls, V, pad_idx)  # q on each other token
     pad = -1 if pad_idx is None else int(pad_idx)  # no real target is negative
     kernel = _module().get_function(f"cross_entropy_forward_v{version}<{CTYPES[logits.dtype]}>")
-    kernel((grid_of(N),), (block,), (loss, nll, dlogits, logits, targets, acc(eps_ls), acc(smooth),
-                                     np.int64(pad), np.int64(N), np.int32(V)))
+    block = _fit(kernel, block)
+    args = (loss, nll, dlogits, logits, targets, acc(eps_ls), acc(smooth), np.int64(pad), np.int64(N),
+            np.int32(V))
+    kernel((grid_of(N, block),), (block,), args)
     return loss, nll, dlogits
 
 
 def launch_v1(logits, targets, eps_ls, pad_idx, block=128):
-    return _launch(1, logits, targets, eps_ls, pad_idx, lambda n: (n + block - 1) // block, block)
+    return _launch(1, logits, targets, eps_ls, pad_idx, lambda n, b: (n + b - 1) // b, block)
 
 
 def launch_v2(logits, targets, eps_ls, pad_idx, block=512):
-    return _launch(2, logits, targets, eps_ls, pad_idx, lambda n: n, block)  # a block per row
+    return _launch(2, logits, targets, eps_ls, pad_idx, lambda n, b: n, block)  # a block per row
 
 
 VERSIONS = {1: launch_v1, 2: launch_v2}

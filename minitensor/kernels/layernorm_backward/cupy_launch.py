@@ -30,6 +30,11 @@ def _module():
     return cp.RawModule(code=code, options=("-std=c++17",), name_expressions=names)
 
 
+def _fit(kernel, block):
+    """The block size, lowered to what the kernel's register use allows (a multiple of 32)."""
+    return min(block, kernel.max_threads_per_block)
+
+
 def _prepare(dy, x, gamma, mean, rstd):
     import cupy as cp
 
@@ -55,10 +60,12 @@ def launch_v1(dy, x, gamma, mean, rstd, block=128):
         return _finish(dx, dgamma, dbeta, gamma)
     t = CTYPES[x_.dtype]
     size = (np.int64(rows), np.int32(D))
-    _module().get_function(f"layernorm_backward_v1<{t}>")(
-        ((rows + block - 1) // block,), (block,), (dx, dy_, x_, gamma_, mean_, rstd_, *size))
-    _module().get_function(f"layernorm_backward_v1_params<{t}>")(
-        ((D + block - 1) // block,), (block,), (dgamma, dbeta, dy_, x_, mean_, rstd_, *size))
+    rows_kernel = _module().get_function(f"layernorm_backward_v1<{t}>")
+    block_r = _fit(rows_kernel, block)
+    rows_kernel(((rows + block_r - 1) // block_r,), (block_r,), (dx, dy_, x_, gamma_, mean_, rstd_, *size))
+    cols_kernel = _module().get_function(f"layernorm_backward_v1_params<{t}>")
+    block_c = _fit(cols_kernel, block)
+    cols_kernel(((D + block_c - 1) // block_c,), (block_c,), (dgamma, dbeta, dy_, x_, mean_, rstd_, *size))
     return _finish(dx, dgamma, dbeta, gamma)
 
 
@@ -72,13 +79,14 @@ def launch_v2(dy, x, gamma, mean, rstd, block=256):
         return _finish(dx, dgamma, dbeta, gamma)
     t, acc = CTYPES[x_.dtype], gamma_.dtype
     vpt = next(k for k in VPTS if 32 * k >= D)
+    kernel = _module().get_function(f"layernorm_backward_v2<{t}, {vpt}>")
+    block = _fit(kernel, block)
     warps = block // 32
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     grid = min((rows + warps - 1) // warps, 2 * sms)  # few blocks: few partial rows to sum
     partial = cp.empty((grid, 2, D), dtype=acc)  # per block: sum dy*xhat, sum dy
-    _module().get_function(f"layernorm_backward_v2<{t}, {vpt}>")(
-        (grid,), (block,), (dx, partial, dy_, x_, gamma_, mean_, rstd_, np.int64(rows), np.int32(D)),
-        shared_mem=2 * D * acc.itemsize)
+    args = (dx, partial, dy_, x_, gamma_, mean_, rstd_, np.int64(rows), np.int32(D))
+    kernel((grid,), (block,), args, shared_mem=2 * D * acc.itemsize)
     _module().get_function(f"layernorm_backward_v2_params<{t}>")(
         ((D + 127) // 128,), (128,), (dgamma, dbeta, partial, np.int32(grid), np.int32(D)))
     return _finish(dx, dgamma, dbeta, gamma)

@@ -29,6 +29,11 @@ def _module():
     return cp.RawModule(code=code, options=("-std=c++17",), name_expressions=names)
 
 
+def _fit(kernel, block):
+    """The block size, lowered to what the kernel's register use allows (a multiple of 32)."""
+    return min(block, kernel.max_threads_per_block)
+
+
 def _prepare(x, gamma, beta, eps):
     import cupy as cp
 
@@ -51,6 +56,7 @@ def launch_v1(x, gamma, beta, eps, block=128):
     args, rows, D = _prepare(x, gamma, beta, eps)
     if rows and D:
         kernel = _module().get_function(f"layernorm_forward_v1<{CTYPES[x.dtype]}>")
+        block = _fit(kernel, block)
         kernel(((rows + block - 1) // block,), (block,), args)  # one thread per row
     return args[:3]
 
@@ -59,6 +65,7 @@ def launch_v2(x, gamma, beta, eps, block=128):
     args, rows, D = _prepare(x, gamma, beta, eps)
     if rows and D:
         kernel = _module().get_function(f"layernorm_forward_v2<{CTYPES[x.dtype]}>")
+        block = _fit(kernel, block)
         rows_per_block = block // 32  # one warp per row
         kernel(((rows + rows_per_block - 1) // rows_per_block,), (block,), args)
     return args[:3]
@@ -71,6 +78,7 @@ def launch_v3(x, gamma, beta, eps, block=128):
     if rows and D:
         vpt = next(k for k in VPTS if 32 * k >= D)
         kernel = _module().get_function(f"layernorm_forward_v3<{CTYPES[x.dtype]}, {vpt}>")
+        block = _fit(kernel, block)
         rows_per_block = block // 32
         kernel(((rows + rows_per_block - 1) // rows_per_block,), (block,), args)
     return args[:3]

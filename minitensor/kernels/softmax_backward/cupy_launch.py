@@ -28,6 +28,11 @@ def _module():
     return cp.RawModule(code=code, options=("-std=c++17",), name_expressions=names)
 
 
+def _fit(kernel, block):
+    """The block size, lowered to what the kernel's register use allows (a multiple of 32)."""
+    return min(block, kernel.max_threads_per_block)
+
+
 def _prepare(y, dy, scale):
     import cupy as cp
 
@@ -44,6 +49,7 @@ def launch_v1(y, dy, scale, block=128):
     if rows == 0 or L == 0:
         return dx
     kernel = _module().get_function(f"softmax_backward_v1<{CTYPES[y.dtype]}>")
+    block = _fit(kernel, block)
     kernel(((int(rows) + block - 1) // block,), (block,), (dx, y, dy, scale, rows, L))
     return dx
 
@@ -53,6 +59,7 @@ def launch_v2(y, dy, scale, block=128):
     if rows == 0 or L == 0:
         return dx
     kernel = _module().get_function(f"softmax_backward_v2<{CTYPES[y.dtype]}>")
+    block = _fit(kernel, block)
     rows_per_block = block // 32  # one warp per row
     kernel(((int(rows) + rows_per_block - 1) // rows_per_block,), (block,), (dx, y, dy, scale, rows, L))
     return dx
@@ -66,6 +73,7 @@ def launch_v3(y, dy, scale, block=128):
         return dx
     vpt = next(k for k in VPTS if 32 * k >= int(L))
     kernel = _module().get_function(f"softmax_backward_v3<{CTYPES[y.dtype]}, {vpt}>")
+    block = _fit(kernel, block)
     rows_per_block = block // 32
     kernel(((int(rows) + rows_per_block - 1) // rows_per_block,), (block,), (dx, y, dy, scale, rows, L))
     return dx

@@ -3,6 +3,7 @@
 // v1: naive port of the reference: one thread per row, three passes (max, sum, write)
 // v2: one warp per row: online max+sum in one read pass (shuffles), then a write pass
 // v3: one warp per row with the row held in registers: x read once, y written once
+// v4: v3 with ROWS rows per warp (short rows, L <= 128): ROWS*VPT independent loads in flight
 //
 // Shapes: L = keys per row, rows = prod(x.shape[:-1]) seen as (d0, d1, d2) for the mask.
 // The mask is a zero-stride broadcast view: ms0..ms3 are its strides (in bytes = elements
@@ -157,5 +158,56 @@ __global__ void softmax_forward_v3(T* __restrict__ y, const T* __restrict__ x,
     for (int i = 0; i < VPT; ++i) {
         const int j = lane + 32 * i;
         if (j < L) store(yr[j], v[i] * inv);
+    }
+}
+
+// ROWS rows per warp, each held in registers as in v3: for short rows a lane has only VPT loads
+// of one row to wait on, so batching rows keeps more bytes in flight (needs L <= 32 * VPT).
+template <typename T, int VPT, int ROWS>
+__global__ void softmax_forward_v4(T* __restrict__ y, const T* __restrict__ x,
+                                   const unsigned char* __restrict__ mask, int has_mask,
+                                   long long ms0, long long ms1, long long ms2, long long ms3,
+                                   int d1, int d2, typename Acc<T>::type scale, long long rows,
+                                   int L) {
+    typedef typename Acc<T>::type A;
+    const int lane = threadIdx.x & 31;
+    const long long r0 = ((long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * ROWS;
+    if (r0 >= rows) return;  // warp-uniform
+    A v[ROWS][VPT], m[ROWS], s[ROWS];
+#pragma unroll
+    for (int k = 0; k < ROWS; ++k) {  // all loads of all ROWS rows first
+        const long long r = r0 + k;
+        const bool live = r < rows;
+        const unsigned char* mr = mask + (has_mask && live ? mask_row_offset(r, d1, d2, ms0, ms1, ms2) : 0);
+        m[k] = neg_inf<A>();
+#pragma unroll
+        for (int i = 0; i < VPT; ++i) {
+            const int j = lane + 32 * i;
+            v[k][i] = neg_inf<A>();
+            if (live && j < L && !(has_mask && mr[j * ms3])) v[k][i] = scale * load(x[r * L + j]);
+            m[k] = max_(m[k], v[k][i]);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < ROWS; ++k) {
+        for (int offset = 16; offset > 0; offset >>= 1)
+            m[k] = max_(m[k], __shfl_xor_sync(0xffffffffu, m[k], offset));
+        s[k] = 0;
+#pragma unroll
+        for (int i = 0; i < VPT; ++i) {
+            v[k][i] = (v[k][i] == neg_inf<A>()) ? A(0) : exp_(v[k][i] - m[k]);  // blocked -> 0
+            s[k] += v[k][i];
+        }
+        for (int offset = 16; offset > 0; offset >>= 1) s[k] += __shfl_xor_sync(0xffffffffu, s[k], offset);
+    }
+#pragma unroll
+    for (int k = 0; k < ROWS; ++k) {
+        const long long r = r0 + k;
+        const A inv = s[k] > 0 ? A(1) / s[k] : A(0);
+#pragma unroll
+        for (int i = 0; i < VPT; ++i) {
+            const int j = lane + 32 * i;
+            if (r < rows && j < L) store(y[r * L + j], v[k][i] * inv);
+        }
     }
 }

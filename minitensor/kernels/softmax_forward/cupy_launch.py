@@ -3,6 +3,8 @@
 v1: one thread per row, three passes over the row (block = threads per block)
 v2: one warp per row, online max+sum then a write pass (block = threads, block/32 rows)
 v3: one warp per row held in registers, 32*VPT >= L; rows longer than 1024 fall back to v2
+v4: two rows per warp held in registers for L <= 128; longer rows fall back to v3 (H100,
+    (250, 8, 100, 100): 0.154 ms vs v3's 0.139 ms, so v3 stays the default)
 
 Shapes: L = keys per row; x is viewed as (d0, d1, d2, L) so the mask can be passed as a
 zero-stride broadcast view (strides per axis, in bytes of bool), never copied to x's shape.
@@ -16,6 +18,7 @@ import numpy as np
 
 CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float16): "f16", np.dtype(np.float64): "double"}
 VPTS = (1, 2, 4, 8, 16, 32)  # v3 instantiations: values per lane
+V4_VPTS, V4_ROWS = (1, 2, 4), 2  # v4 instantiations: short rows, two per warp
 
 
 @functools.cache
@@ -25,8 +28,14 @@ def _module():
 
     names = [f"softmax_forward_v{v}<{t}>" for v in (1, 2) for t in CTYPES.values()]
     names += [f"softmax_forward_v3<{t}, {k}>" for t in CTYPES.values() for k in VPTS]
+    names += [f"softmax_forward_v4<{t}, {k}, {V4_ROWS}>" for t in CTYPES.values() for k in V4_VPTS]
     code = Path(__file__).with_name("cuda.cu").read_text()
     return cp.RawModule(code=code, options=("-std=c++17",), name_expressions=names)
+
+
+def _fit(kernel, block):
+    """The block size, lowered to what the kernel's register use allows (a multiple of 32)."""
+    return min(block, kernel.max_threads_per_block)
 
 
 def _as_4d(shape):
@@ -67,6 +76,7 @@ def launch_v1(x, scale, mask, block=128):
     if rows == 0 or L == 0:
         return y
     kernel = _module().get_function(f"softmax_forward_v1<{CTYPES[x.dtype]}>")
+    block = _fit(kernel, block)
     grid = (rows + block - 1) // block  # one thread per row
     kernel((grid,), (block,), (y, x, *_mask_args(mask, x.shape), scale, np.int64(rows), np.int32(L)))
     return y
@@ -77,6 +87,7 @@ def launch_v2(x, scale, mask, block=128):
     if rows == 0 or L == 0:
         return y
     kernel = _module().get_function(f"softmax_forward_v2<{CTYPES[x.dtype]}>")
+    block = _fit(kernel, block)
     rows_per_block = block // 32  # one warp per row
     grid = (rows + rows_per_block - 1) // rows_per_block
     kernel((grid,), (block,), (y, x, *_mask_args(mask, x.shape), scale, np.int64(rows), np.int32(L)))
@@ -92,15 +103,33 @@ def launch_v3(x, scale, mask, block=128):
         return y
     vpt = next(k for k in VPTS if 32 * k >= L)
     kernel = _module().get_function(f"softmax_forward_v3<{CTYPES[x.dtype]}, {vpt}>")
+    block = _fit(kernel, block)
     rows_per_block = block // 32
     grid = (rows + rows_per_block - 1) // rows_per_block
     kernel((grid,), (block,), (y, x, *_mask_args(mask, x.shape), scale, np.int64(rows), np.int32(L)))
     return y
 
 
-VERSIONS = {1: launch_v1, 2: launch_v2, 3: launch_v3}
+def launch_v4(x, scale, mask, block=128):
+    L = x.shape[-1]
+    if L > 32 * V4_VPTS[-1]:
+        return launch_v3(x, scale, mask, block)  # long rows: one per warp is enough work
+    x, y, scale, rows, L = _prepare(x, scale)
+    if rows == 0 or L == 0:
+        return y
+    vpt = next(k for k in V4_VPTS if 32 * k >= L)
+    kernel = _module().get_function(f"softmax_forward_v4<{CTYPES[x.dtype]}, {vpt}, {V4_ROWS}>")
+    block = _fit(kernel, block)
+    rows_per_block = block // 32 * V4_ROWS
+    grid = (rows + rows_per_block - 1) // rows_per_block
+    kernel((grid,), (block,), (y, x, *_mask_args(mask, x.shape), scale, np.int64(rows), np.int32(L)))
+    return y
+
+
+VERSIONS = {1: launch_v1, 2: launch_v2, 3: launch_v3, 4: launch_v4}
 DEFAULT = 3
-BLOCKS = {1: (32, 128, 256), 2: (32, 128, 256, 1024), 3: (32, 128, 256, 1024)}  # tested configs
+BLOCKS = {1: (32, 128, 256), 2: (32, 128, 256, 1024), 3: (32, 128, 256, 1024),
+          4: (32, 128, 256, 1024)}  # tested configs; launches clamp to the kernel's register limit
 
 
 def softmax_forward(x, scale, mask):

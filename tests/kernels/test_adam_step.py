@@ -1,0 +1,49 @@
+"""adam_step: every Numba version vs the reference (param, m, v after several steps);
+the reference vs the closed form of the first step.
+
+Shapes: P parameters (flat), also a 2-D buffer.
+"""
+import numpy as np
+import pytest
+
+from minitensor.kernels.adam_step import numba_cpu
+from minitensor.kernels.adam_step.reference import adam_step_ref
+from tests.kernels._close import assert_close
+
+HYPER = dict(lr=1e-3, beta1=0.9, beta2=0.98, eps=1e-9)  # §5.3
+
+
+@pytest.mark.parametrize("version", sorted(numba_cpu.VERSIONS))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1,), (5,), (17,), (1000,), (7, 33)])
+def test_adam_step_matches_reference(monkeypatch, version, dtype, shape):
+    monkeypatch.setattr(numba_cpu, "DEFAULT", version)
+    rng = np.random.default_rng(0)
+    param = rng.standard_normal(shape).astype(dtype)
+    m, v = np.zeros(shape, dtype), np.zeros(shape, dtype)
+    mine = [param.copy(), m.copy(), v.copy()]
+    theirs = [param.copy(), m.copy(), v.copy()]
+    for step in range(1, 4):
+        grad = rng.standard_normal(shape).astype(dtype)
+        grad.flat[0] = 0.0  # a zero gradient: v = 0 at step 1, eps keeps the division finite
+        assert numba_cpu.adam_step(mine[0], grad, mine[1], mine[2], step=step, **HYPER) is None
+        adam_step_ref(theirs[0], grad, theirs[1], theirs[2], step=step, **HYPER)
+    for name, a, b in zip(("param", "m", "v"), mine, theirs):
+        assert a.dtype == dtype
+        assert_close(a, b, f"adam_step v{version} {name}")
+
+
+def test_adam_step_rejects_non_contiguous():
+    buf = np.zeros((4, 4), np.float32)[:, :2]
+    with pytest.raises(ValueError):
+        numba_cpu.adam_step(buf, buf, buf, buf, step=1, **HYPER)
+
+
+def test_adam_step_reference_first_step_closed_form():
+    """At step 1 from m = v = 0: m_hat = g, v_hat = g^2, so param -= lr * g / (|g| + eps)."""
+    g = np.array([0.5, -2.0, 1e-3])
+    param, m, v = np.zeros(3), np.zeros(3), np.zeros(3)
+    adam_step_ref(param, g, m, v, step=1, **HYPER)
+    assert_close(param, -HYPER["lr"] * g / (np.abs(g) + HYPER["eps"]), "param")
+    assert_close(m, 0.1 * g, "m")
+    assert_close(v, 0.02 * g * g, "v")

@@ -1,0 +1,53 @@
+"""cross_entropy_forward on the GPU: every CUDA version, dtype, odd shape, pad setting and block
+size against the NumPy reference (loss, nll, dlogits). Skipped (visibly) without a GPU.
+
+Shapes: N = rows (target tokens), V = vocabulary.
+"""
+import numpy as np
+import pytest
+
+from minitensor.kernels.cross_entropy_forward import cupy_launch
+from minitensor.kernels.cross_entropy_forward.reference import cross_entropy_forward_ref
+from minitensor.testing import assert_close
+from tests.kernels._gpu import GPU_MARKS, cp, poison_pool, to_gpu
+
+pytestmark = GPU_MARKS
+
+DTYPES = [np.float32, np.float16, np.float64]
+CASES = [(v, block) for v, blocks in cupy_launch.BLOCKS.items() for block in blocks]
+SHAPES = [(1, 2), (7, 33), (16, 1000), (5, 3001)]
+SMOOTHING = [(0.1, 0), (0.1, None), (0.0, 1)]  # (eps_ls, pad_idx)
+
+
+def _check(got, ref, name):
+    loss, nll, dlogits = got
+    assert loss.dtype == ref[0].dtype and dlogits.dtype == ref[2].dtype
+    assert_close(loss, ref[0], f"{name} loss")
+    assert_close(nll, ref[1], f"{name} nll")
+    assert_close(dlogits, ref[2], f"{name} dlogits")
+
+
+@pytest.mark.parametrize("version,block", CASES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("eps_ls,pad_idx", SMOOTHING)
+def test_cross_entropy_forward_gpu_matches_reference(version, block, dtype, shape, eps_ls, pad_idx):
+    rng = np.random.default_rng(0)
+    N, V = shape
+    logits = (rng.standard_normal(shape) * 3).astype(dtype)
+    targets = rng.integers(0, V, size=N)
+    if pad_idx is not None and V > 2:
+        targets[::3] = pad_idx  # some padding rows: all zeros
+    stats = np.float64 if dtype == np.float64 else np.float32
+    poison_pool((shape, dtype), ((N,), stats), ((N,), stats))
+    got = cupy_launch.VERSIONS[version](*to_gpu(logits, targets), eps_ls, pad_idx, block=block)
+    ref = cross_entropy_forward_ref(logits, targets, eps_ls, pad_idx)
+    _check(got, ref, f"cross_entropy_forward v{version} block {block}")
+
+
+def test_cross_entropy_forward_gpu_default_wrapper_int32_targets():
+    rng = np.random.default_rng(1)
+    logits = rng.standard_normal((9, 50)).astype(np.float32)
+    targets = rng.integers(0, 50, size=9).astype(np.int32)
+    got = cupy_launch.cross_entropy_forward(cp.asarray(logits), cp.asarray(targets), 0.1, 3)
+    _check(got, cross_entropy_forward_ref(logits, targets, 0.1, 3), "cross_entropy_forward DEFAULT")

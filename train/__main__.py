@@ -1,0 +1,147 @@
+"""The command line: `python -m train [command] ...` (the project's only CLI).
+
+    python -m train                                   the built-in demo, end to end (CPU, minutes)
+    python -m train fit --config configs/X.toml [--set k=v ...] [--run-dir DIR] [--force]
+                        [--reset-optimizer] [--backend numpy|numba|cupy|cpu|cuda]
+    python -m train translate --ckpt CKPT [--beam 4 --alpha 0.6] < input.txt > output.txt
+    python -m train evaluate --ckpt CKPT --src SRC --ref REF      sacreBLEU + signature, chrF, paper BLEU
+    python -m train average --last 5 RUN_DIR [--out PATH]          §6.1 checkpoint averaging
+    python -m train plot RUN_DIR                                   PNG curves (+ attention heat-map)
+    python -m train doctor                                         versions, devices, backends
+
+Problems with your input (files, configs, checkpoints) print one line,
+`error: <file>:<line>: what is wrong`, and exit with status 2; `--debug`
+shows the full traceback instead.
+"""
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+
+from train.errors import InputError
+from transformer.checkpoint import CheckpointError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEMO_CONFIG = REPO_ROOT / "configs" / "demo.toml"
+
+
+def _add_debug(parser: argparse.ArgumentParser, default=argparse.SUPPRESS) -> None:
+    parser.add_argument("--debug", action="store_true", default=default,
+                        help="show full tracebacks instead of one-line errors")
+
+
+def _add_decoding(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--beam", type=int, default=4, help="beam size; 1 = greedy (default 4, §6.1)")
+    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty α (default 0.6, §6.1)")
+    parser.add_argument("--max-len-b", type=int, default=50,
+                        help="longest output = source length + this (default 50, §6.1)")
+    parser.add_argument("--max-tokens", type=int, default=4096, help="source tokens per decoding batch")
+    parser.add_argument("--tokenizer", type=Path, default=None,
+                        help="tokenizer.model (default: the one in the checkpoint's run directory)")
+    parser.add_argument("--backend", default="cpu", help="numpy, numba, cupy, cpu or cuda (default cpu)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m train", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Train and use a Transformer (Vaswani et al. 2017). With no command: run the demo.",
+        epilog="Run `python -m train COMMAND --help` for each command's options.")
+    _add_debug(parser, default=False)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    demo = commands.add_parser("demo", help="the built-in task end to end (also: no command at all)")
+    demo.add_argument("--run-dir", type=Path, default=Path("runs/demo"), help="default runs/demo")
+    demo.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                      help="override a config value, e.g. train.max_steps=200 (repeatable)")
+    demo.add_argument("--force", action="store_true", help="start over in an existing run directory")
+    demo.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_debug(demo)
+
+    fit = commands.add_parser("fit", help="train (or resume) a run from a TOML config")
+    fit.add_argument("--config", type=Path, required=True, help="TOML run config, e.g. configs/demo.toml")
+    fit.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a config value, e.g. model.d_model=256 (repeatable)")
+    fit.add_argument("--run-dir", type=Path, default=None, help="default runs/<config name>")
+    fit.add_argument("--force", action="store_true", help="start over: delete this tool's files in the run dir")
+    fit.add_argument("--reset-optimizer", action="store_true",
+                     help="resume the weights but start Adam (moments, step, warm-up) afresh")
+    fit.add_argument("--backend", default=None, help="numpy, numba, cupy, cpu or cuda (overrides train.backend)")
+    fit.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_debug(fit)
+
+    translate = commands.add_parser("translate", help="translate stdin to stdout, one sentence a line")
+    translate.add_argument("--ckpt", type=Path, required=True, help="a checkpoint (.safetensors)")
+    _add_decoding(translate)
+    _add_debug(translate)
+
+    evaluate = commands.add_parser("evaluate", help="translate a test set and score it (sacreBLEU, chrF)")
+    evaluate.add_argument("--ckpt", type=Path, required=True, help="a checkpoint (.safetensors)")
+    evaluate.add_argument("--src", type=Path, required=True, help="source sentences, one a line")
+    evaluate.add_argument("--ref", type=Path, required=True, help="reference translations, line by line")
+    evaluate.add_argument("--out", type=Path, default=None, help="also write the translations here")
+    _add_decoding(evaluate)
+    _add_debug(evaluate)
+
+    average = commands.add_parser("average", help="average the last K checkpoints of a run (§6.1)")
+    average.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    average.add_argument("--last", type=int, default=5, help="how many (base: 5, big: 20; §6.1)")
+    average.add_argument("--out", type=Path, default=None, help="default RUN_DIR/averaged_last<K>.safetensors")
+    average.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    _add_debug(average)
+
+    plot = commands.add_parser("plot", help="write PNG curves of a run (RUN_DIR/plots)")
+    plot.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    _add_debug(plot)
+
+    doctor = commands.add_parser("doctor", help="versions, devices, and which backends work here")
+    _add_debug(doctor)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except (InputError, CheckpointError) as err:
+        if args.debug:
+            raise
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _dispatch(args) -> int:
+    from train import commands  # imported late: `--help` stays fast
+
+    if not args.debug:
+        warnings.simplefilter("ignore", category=DeprecationWarning)
+    if args.command in (None, "demo"):
+        return commands.demo(
+            run_dir=getattr(args, "run_dir", Path("runs/demo")), overrides=getattr(args, "set", []),
+            force=getattr(args, "force", False), progress=not getattr(args, "no_progress", False),
+            config_path=DEMO_CONFIG)
+    if args.command == "fit":
+        return commands.fit(args)
+    if args.command == "translate":
+        return commands.translate(args)
+    if args.command == "evaluate":
+        return commands.evaluate(args)
+    if args.command == "average":
+        return commands.average(args)
+    if args.command == "plot":
+        return commands.plot(args)
+    if args.command == "doctor":
+        from train.doctor import report
+
+        print(report())
+        return 0
+    raise AssertionError(f"unhandled command {args.command}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

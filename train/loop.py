@@ -1,0 +1,355 @@
+"""The training loop (§5): Adam with the warm-up schedule, label smoothing, dropout, checkpoints.
+
+    fit(run_config, run_dir)   # trains, validates, checkpoints; re-run the same call to resume
+
+What one update does (§5.3, §5.4): take `accum` token-budget batches (§5.1),
+run forward and backward on each (dropout on, label-smoothed loss), add the
+gradients up weighted by target tokens, optionally clip, and take one Adam step
+(β₁ 0.9, β₂ 0.98, ε 1e-9) at the learning rate of Eq. (3).
+
+The run directory holds everything: config.json (the resolved config),
+tokenizer.model, data/ (the built-in task), cache/ (token ids), metrics.jsonl,
+and ckpt_<step:08d>.safetensors (the last `keep_last`). A checkpoint stores the
+weights, the Adam moments and step, the data position (epoch, batch) and the
+dropout RNG state, so that stopping at step N and running again continues
+exactly as if the run had never stopped. Nothing in an existing run directory
+is overwritten unless `force=True` (which starts the run over).
+
+Shapes: B pairs in a batch, S source length, T target length, V vocab.
+"""
+
+import json
+import math
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+import minitensor as mt
+from minitensor.optim import Adam, NoamSchedule, clip_grad_norm
+from train import checkpointing, config as config_lib
+from train.batching import epoch_batches
+from train.config import RunConfig
+from train.errors import InputError
+from train.evaluate import corpus_scores
+from train.loss_scaler import DynamicLossScaler
+from train.metrics import MetricsWriter, mfu, peak_tflops, train_flops
+from train.prepare import Prepared, corpus_batch, make_model_inputs, prepare, split_batches
+from train.translate import translate_ids
+from transformer.checkpoint import list_checkpoints
+from transformer.loss import LabelSmoothingLoss
+from transformer.model import Transformer
+
+# Files and folders this tool writes in a run directory (the only ones --force removes).
+RUN_FILES = ("config.json", "metrics.jsonl", "tokenizer.model", "data", "cache", "plots",
+             "test.hyp", "averaged.safetensors")
+
+
+@dataclass
+class TrainState:
+    """Where training stands; saved in every checkpoint's metadata."""
+
+    step: int = 0  # optimizer updates done
+    epoch: int = 0  # passes over the training data started
+    batch_pos: int = 0  # next batch within this epoch's shuffled order
+    tokens_seen: int = 0  # target tokens trained on
+    elapsed_s: float = 0.0  # training wall time over all sessions
+
+
+@dataclass
+class FitResult:
+    run_dir: Path
+    model: object
+    tokenizer: object
+    prepared: Prepared
+    state: TrainState
+    checkpoints: list[Path] = field(default_factory=list)
+    last_valid: dict | None = None
+
+
+class Logger:
+    """Prints through tqdm when a bar is showing, so log lines do not break it."""
+
+    def __init__(self, bar: tqdm | None):
+        self.bar = bar
+
+    def __call__(self, message: str) -> None:
+        if self.bar is not None and not self.bar.disable:
+            self.bar.write(message)
+        else:
+            print(message, flush=True)
+
+
+# ------------------------------------------------------------------ run directory
+def prepare_run_dir(run_config: RunConfig, run_dir: Path, force: bool) -> bool:
+    """Create or check the run dir; returns True when resuming an existing run.
+
+    An existing run dir must hold a run with the same config (keys in
+    config.RESUMABLE_KEYS may differ); anything else is an InputError unless
+    `force`, which removes this tool's files (and only those) first.
+    """
+    saved = run_dir / "config.json"
+    if force and run_dir.exists():
+        for name in RUN_FILES:
+            target = run_dir / name
+            if target.is_dir():
+                shutil.rmtree(target)
+            elif target.exists():
+                target.unlink()
+        for path in list_checkpoints(run_dir):
+            path.unlink()
+    resuming = saved.is_file()
+    if resuming:
+        old = json.loads(saved.read_text(encoding="utf-8"))
+        changed = [k for k in config_lib.diff(old, run_config.to_dict()) if k not in config_lib.RESUMABLE_KEYS]
+        if changed:
+            shown = ", ".join(f"{k} ({_lookup(old, k)!r} -> {_lookup(run_config.to_dict(), k)!r})"
+                              for k in changed[:3])
+            raise InputError(f"{saved}: this run was started with a different config: {shown}; "
+                             f"resume with the same settings, use another --run-dir, or --force to start over")
+    elif run_dir.exists() and any(run_dir.iterdir()):
+        raise InputError(f"{run_dir}: exists and is not empty but holds no run (no config.json); "
+                         f"choose another --run-dir or pass --force")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not resuming or json.loads(saved.read_text(encoding="utf-8")) != run_config.to_dict():
+        tmp = saved.with_suffix(".json.tmp")
+        tmp.write_text(config_lib.to_json(run_config) + "\n", encoding="utf-8")
+        tmp.replace(saved)
+    return resuming
+
+
+def _lookup(data: dict, dotted: str):
+    for part in dotted.split("."):
+        data = data.get(part) if isinstance(data, dict) else None
+    return data
+
+
+def _backend_name(run_config: RunConfig) -> str:
+    train = run_config.train
+    if train.precision != "fp32" and train.backend not in ("cupy", "cuda"):
+        raise InputError(f"train.precision = {train.precision!r} needs train.backend = 'cuda' "
+                         f"(mixed precision is for GPUs); use precision = 'fp32' on the CPU")
+    if not mt.available(train.backend):
+        raise InputError(f"train.backend = {train.backend!r} is not available here: "
+                         f"{mt.why_unavailable(train.backend)} (see `python -m train doctor`)")
+    return train.backend
+
+
+# ------------------------------------------------------------------ validation
+def validate(model, loss_fn, prepared: Prepared, run_config: RunConfig) -> dict:
+    """Validation loss and perplexity over the whole split, BLEU on its first sentences (greedy or beam)."""
+    split, train = prepared.valid, run_config.train
+    model.eval()
+    loss_sum = nll_sum = 0.0
+    n_tokens = 0
+    with mt.no_grad():
+        for batch in split_batches(split, train.max_tokens):
+            src, tgt_in, tgt_out = make_model_inputs([split.src_ids[i] for i in batch],
+                                                     [split.tgt_ids[i] for i in batch])
+            out = loss_fn(model(src, tgt_in), tgt_out)
+            loss_sum += float(out.loss.item()) * out.n_tokens
+            nll_sum += float(_raw(out.nll_sum))
+            n_tokens += out.n_tokens
+    model.train()
+    result = {"loss": loss_sum / n_tokens, "nll": nll_sum / n_tokens,
+              "ppl": math.exp(min(nll_sum / n_tokens, 50.0))}
+    n = min(train.valid_bleu_sentences, len(split.src_ids))
+    if n:
+        hyps = translate_ids(model, split.src_ids[:n], beam=train.valid_beam, alpha=run_config.decode.alpha,
+                             max_len_b=run_config.decode.max_len_b, max_tokens=run_config.decode.max_tokens)
+        scores = corpus_scores([prepared.tokenizer.decode(h) for h in hyps], split.tgt_text[:n])
+        result.update(bleu=scores.bleu, exact_match=scores.exact_match, bleu_sentences=n)
+    return result
+
+
+# ------------------------------------------------------------------ the loop
+def _next_batches(prepared: Prepared, state: TrainState, seed: int, count: int) -> list[np.ndarray]:
+    """The next `count` batches in the epoch's shuffled order, advancing the state (§5.1)."""
+    out = []
+    order = epoch_batches(prepared.batches, state.epoch, seed)
+    while len(out) < count:
+        if state.batch_pos >= len(order):
+            state.epoch, state.batch_pos = state.epoch + 1, 0
+            order = epoch_batches(prepared.batches, state.epoch, seed)
+        out.append(order[state.batch_pos])
+        state.batch_pos += 1
+    return out
+
+
+def fit(run_config: RunConfig, run_dir: str | Path, force: bool = False, reset_optimizer: bool = False,
+        progress: bool = True) -> FitResult:
+    """Train `run_config` in `run_dir` to train.max_steps, resuming from the latest valid checkpoint."""
+    run_dir = Path(run_dir)
+    backend = _backend_name(run_config)
+    resuming = prepare_run_dir(run_config, run_dir, force)
+    say = Logger(None)
+    say(f"{'resuming' if resuming else 'starting'} run {run_config.name!r} in {run_dir}")
+    prepared = prepare(run_config, run_dir, log=say)
+    tokenizer, train = prepared.tokenizer, run_config.train
+    model_config = config_lib.transformer_config(run_config.model, tokenizer.vocab_size)
+
+    rng = np.random.default_rng(train.seed)  # model init and every dropout mask (§5.4)
+    model = Transformer(model_config, rng, backend=backend)
+    if train.precision == "fp16":
+        model.compute_dtype = np.float16
+    schedule = NoamSchedule(model_config.d_model, warmup=train.warmup_steps, factor=train.lr_factor)  # §5.3 Eq. (3)
+    optimizer = Adam(list(model.named_parameters()), lr=schedule, betas=(train.adam_beta1, train.adam_beta2),
+                     eps=train.adam_eps)
+    scaler = DynamicLossScaler() if train.precision == "fp16" else None
+    loss_fn = LabelSmoothingLoss(model_config.eps_ls, model_config.pad_id)  # §5.4
+    state = TrainState()
+
+    latest = checkpointing.latest(run_dir)
+    if latest is not None:
+        extra = checkpointing.restore(latest, model, optimizer, rng, tokenizer, reset_optimizer)
+        state = TrainState(**extra["train_state"])
+        if scaler is not None and extra.get("loss_scaler"):
+            scaler.load_state_dict(extra["loss_scaler"])
+        say(f"restored {latest.name} (step {state.step}, epoch {state.epoch}, batch {state.batch_pos})"
+            + ("; optimizer reset" if reset_optimizer else ""))
+    say(f"model: {model.num_parameters():,} parameters, vocab {tokenizer.vocab_size}, backend {backend}; "
+        f"{len(prepared.batches)} batches per epoch")
+
+    result = FitResult(run_dir, model, tokenizer, prepared, state, list_checkpoints(run_dir))
+    if state.step >= train.max_steps:
+        say(f"already trained to step {state.step} (train.max_steps = {train.max_steps}); nothing to do")
+        return result
+
+    metrics = MetricsWriter(run_dir / "metrics.jsonl")
+    if state.step > 0:
+        metrics.write("resume", state.step, checkpoint=latest.name)
+    device = "cpu" if model.parameters()[0].device == "cpu" else _gpu_name()
+    peak, _ = peak_tflops(device, "fp16" if train.precision == "fp16" else "fp32")
+    bar = tqdm(total=train.max_steps, initial=state.step, unit="step", dynamic_ncols=True,
+               disable=not (progress and sys.stderr.isatty()))
+    say = Logger(bar)
+    params = model.parameters()
+    window = _Window()
+    last_ckpt_time = time.perf_counter()
+    try:
+        model.train()
+        while state.step < train.max_steps:
+            t0 = time.perf_counter()
+            batches = [corpus_batch(prepared.train, b)
+                       for b in _next_batches(prepared, state, train.seed, train.accum)]
+            n_target = sum(int((tgt_out != model_config.pad_id).sum()) for _, _, tgt_out in batches)
+            optimizer.zero_grad()
+            for src, tgt_in, tgt_out in batches:
+                out = loss_fn(model(src, tgt_in), tgt_out)  # (B, T, V) logits -> smoothed mean loss
+                weighted = out.loss * (out.n_tokens / n_target)  # token-weighted over the accum batches
+                (scaler.scale_loss(weighted) if scaler else weighted).backward()
+                window.add_batch(src, tgt_out, out, model_config)
+            logging = (state.step + 1) % train.log_every == 0
+            grad_norm = None
+            if scaler is not None:
+                do_step = scaler.update(scaler.unscale_and_check(params))
+            else:
+                do_step = True
+            if do_step and (train.clip_norm > 0 or logging):
+                grad_norm = clip_grad_norm(params, train.clip_norm if train.clip_norm > 0 else math.inf)
+            if do_step:
+                optimizer.step()
+            state.step += 1
+            state.tokens_seen += n_target
+            dt = time.perf_counter() - t0
+            state.elapsed_s += dt
+            window.seconds += dt
+            window.updates += 1
+            bar.update(1)
+            if logging:
+                record = window.summary(optimizer.current_lr(), grad_norm, scaler, peak)
+                metrics.write("train", state.step, epoch=state.epoch, **record)
+                bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}",
+                                tok_s=f"{record['tgt_tokens_per_s']:.0f}")
+                say(_format_train(state.step, record))
+                window = _Window()
+            if train.valid_every and state.step % train.valid_every == 0 and state.step < train.max_steps:
+                result.last_valid = _run_validation(model, loss_fn, prepared, run_config, state, metrics, say)
+            minutes_due = train.ckpt_minutes > 0 and time.perf_counter() - last_ckpt_time >= 60 * train.ckpt_minutes
+            if state.step % train.ckpt_every == 0 or minutes_due or state.step == train.max_steps:
+                checkpointing.save(run_dir, model, model_config, optimizer, rng, tokenizer, state, scaler,
+                                   run_config, train.keep_last)
+                last_ckpt_time = time.perf_counter()
+        result.last_valid = _run_validation(model, loss_fn, prepared, run_config, state, metrics, say)
+    except KeyboardInterrupt:
+        say(f"interrupted at step {state.step}; run the same command again to resume from the last checkpoint")
+        raise
+    finally:
+        bar.close()
+        metrics.close()
+    result.checkpoints = list_checkpoints(run_dir)
+    return result
+
+
+def _run_validation(model, loss_fn, prepared, run_config, state, metrics, say) -> dict:
+    record = validate(model, loss_fn, prepared, run_config)
+    metrics.write("valid", state.step, **record)
+    bleu = f", BLEU {record['bleu']:.2f} on {record['bleu_sentences']} sentences" if "bleu" in record else ""
+    say(f"step {state.step:>7} | valid loss {record['loss']:.3f}, nll {record['nll']:.3f}, "
+        f"ppl {record['ppl']:.2f}{bleu}")
+    return record
+
+
+def _raw(value):
+    """The backend array behind a Tensor (or the value itself)."""
+    return value.data if isinstance(value, mt.Tensor) else value
+
+
+def _gpu_name() -> str:
+    try:
+        import cupy
+
+        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+        return props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    except Exception:  # noqa: BLE001 - MFU is then reported as n/a
+        return "unknown GPU"
+
+
+class _Window:
+    """Sums over the updates since the last log line (losses stay on the device until read)."""
+
+    def __init__(self):
+        self.updates = self.src_tokens = self.tgt_tokens = self.padded = self.real = 0
+        self.loss_sum = self.nll_sum = 0.0
+        self.seconds = self.flops = 0.0
+
+    def add_batch(self, src, tgt_out, out, model_config) -> None:
+        n_src = int((src != model_config.pad_id).sum())
+        self.src_tokens += n_src
+        self.tgt_tokens += out.n_tokens
+        self.padded += src.size + tgt_out.size
+        self.real += n_src + out.n_tokens
+        self.loss_sum = self.loss_sum + out.loss.data * out.n_tokens  # device scalars: no host sync
+        self.nll_sum = self.nll_sum + _raw(out.nll_sum)
+        self.flops += train_flops(model_config, n_src, out.n_tokens, src.shape[1], tgt_out.shape[1])
+
+    def summary(self, lr: float, grad_norm, scaler, peak) -> dict:
+        self.updates = max(self.updates, 1)
+        loss, nll = float(self.loss_sum) / self.tgt_tokens, float(self.nll_sum) / self.tgt_tokens
+        seconds = max(self.seconds, 1e-9)
+        record = {
+            "loss": loss, "nll": nll, "ppl": math.exp(min(nll, 50.0)), "lr": lr,
+            "src_tokens_per_update": self.src_tokens / self.updates,
+            "tgt_tokens_per_update": self.tgt_tokens / self.updates,
+            "padding": 1.0 - self.real / max(self.padded, 1),
+            "grad_norm": None if grad_norm is None else float(grad_norm),
+            "tgt_tokens_per_s": self.tgt_tokens / seconds, "seconds": self.seconds,
+            "mfu": mfu(self.flops / seconds, peak),
+        }
+        if scaler is not None:
+            record.update(loss_scale=scaler.scale, skipped_steps=scaler.skipped_steps)
+        return record
+
+
+def _format_train(step: int, r: dict) -> str:
+    parts = [f"step {step:>7}", f"loss {r['loss']:.3f}", f"nll {r['nll']:.3f}", f"ppl {r['ppl']:.2f}",
+             f"lr {r['lr']:.2e}", f"gnorm {r['grad_norm']:.2f}" if r["grad_norm"] is not None else "",
+             f"tok/s {r['tgt_tokens_per_s']:.0f}", f"pad {100 * r['padding']:.1f}%",
+             f"mfu {100 * r['mfu']:.1f}%" if r["mfu"] is not None else "mfu n/a"]
+    if "loss_scale" in r:
+        parts.append(f"scale {r['loss_scale']:g}")
+    return " | ".join(p for p in parts if p)

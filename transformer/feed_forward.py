@@ -1,0 +1,29 @@
+"""Position-wise feed-forward network (§3.3, Eq. (2)).
+
+Shapes: B batch, T positions, D = d_model, F = d_ff.
+
+    FFN(x) = max(0, x W₁ + b₁) W₂ + b₂
+
+"applied to each position separately and identically": a (B, T, D) input is one
+batch of B·T rows for the two matmuls. The paper puts no dropout inside the FFN
+(§5.4 lists only residual and embedding dropout), so there is none here.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import minitensor as mt
+from minitensor import nn
+
+
+class PositionwiseFeedForward(nn.Module):
+    """w_1: (D, F), w_2: (F, D), Xavier-uniform weights and zero biases."""
+
+    def __init__(self, d_model: int, d_ff: int, rng: np.random.Generator):
+        super().__init__()
+        self.w_1 = nn.Linear(d_model, d_ff, rng=rng)
+        self.w_2 = nn.Linear(d_ff, d_model, rng=rng)
+
+    def forward(self, x: mt.Tensor) -> mt.Tensor:
+        hidden = self.w_1(x).relu()                 # §3.3, Eq. (2): max(0, xW₁ + b₁), (B, T, D) -> (B, T, F)
+        return self.w_2(hidden)                     # §3.3, Eq. (2): (·)W₂ + b₂, (B, T, F) -> (B, T, D)

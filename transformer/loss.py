@@ -1,0 +1,73 @@
+"""Label-smoothed cross-entropy (§5.4): "we employed label smoothing of value ε_ls = 0.1".
+
+Shapes: B batch, T target length, V vocab, N = B·T rows.
+
+Smoothed target q (convention of minitensor/kernels/README.md, chosen and tested):
+1 − ε on the gold token, 0 on padding, ε/(V − 2) on each of the other V − 2 tokens.
+Per token: loss = −Σ_j q_j log p_j. The reported loss is the sum over non-pad
+tokens divided by their number; the true NLL (−log p_gold, what perplexity
+needs) is summed alongside by the same fused kernel.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+import minitensor as mt
+from minitensor.functions import CrossEntropy
+
+
+@dataclass
+class LossOutput:
+    """loss: scalar Tensor to call backward on; nll_sum: 0-d backend array (read with float() only
+    when logging, it syncs the GPU); n_tokens: non-pad target tokens in the batch."""
+
+    loss: mt.Tensor
+    nll_sum: object
+    n_tokens: int
+
+
+class LabelSmoothingLoss:
+    """§5.4 label smoothing; padding targets (pad_idx) contribute nothing."""
+
+    def __init__(self, eps_ls: float, pad_idx: int | None):
+        if not 0.0 <= eps_ls < 1.0:
+            raise ValueError(f"eps_ls must be in [0, 1), got {eps_ls}")
+        self.eps_ls, self.pad_idx = eps_ls, pad_idx
+
+    def __call__(self, logits: mt.Tensor, targets) -> LossOutput:
+        """logits (B, T, V), targets (B, T) integer -> LossOutput."""
+        B, T, V = logits.shape
+        targets = targets.data if isinstance(targets, mt.Tensor) else targets
+        if tuple(targets.shape) != (B, T):
+            raise ValueError(f"targets of shape {tuple(targets.shape)} do not match logits {logits.shape}")
+        host = targets if isinstance(targets, np.ndarray) else logits.backend.to_numpy(targets)
+        n_tokens = int(host.size if self.pad_idx is None else (host != self.pad_idx).sum())
+        flat = logits.reshape(B * T, V)                                        # (B, T, V) -> (N, V)
+        if flat.dtype == np.float16 and logits.device == "cpu":
+            # The GPU kernel reads float16 logits and keeps its sums in float32 (kernels/README.md),
+            # so only the CPU path needs a float32 copy for the loss to be computed in float32.
+            flat = flat.astype(np.float32)
+        rows, nll = CrossEntropy.apply(flat, targets=logits.backend.asarray(host.reshape(-1)),
+                                       eps_ls=self.eps_ls, pad_idx=self.pad_idx)   # (N,), (N,)
+        loss = rows.sum() * (1.0 / max(n_tokens, 1))                           # §5.4: mean over non-pad tokens
+        return LossOutput(loss=loss, nll_sum=nll.sum(), n_tokens=n_tokens)
+
+
+def closed_form_smoothed_loss(logits: np.ndarray, targets: np.ndarray, eps_ls: float, pad_idx: int):
+    """NumPy twin in float64 via the closed form, no q matrix: (mean smoothed loss, nll sum, n_tokens).
+
+    With lse = log Σ_j exp z_j and Σ_j q_j = 1:
+        −Σ_j q_j log p_j = lse − (1 − ε) z_gold − ε/(V − 2) (Σ_j z_j − z_gold − z_pad)
+    """
+    z = np.asarray(logits, dtype=np.float64).reshape(-1, logits.shape[-1])    # (N, V)
+    t = np.asarray(targets).reshape(-1)                                        # (N,)
+    V, rows = z.shape[1], np.arange(z.shape[0])
+    m = z.max(axis=1)
+    lse = m + np.log(np.exp(z - m[:, None]).sum(axis=1))                       # (N,)
+    gold, pad = z[rows, t], z[:, pad_idx]
+    smoothed = lse - (1 - eps_ls) * gold - eps_ls / (V - 2) * (z.sum(axis=1) - gold - pad)   # §5.4
+    keep = t != pad_idx
+    n_tokens = int(keep.sum())
+    return float(smoothed[keep].sum() / max(n_tokens, 1)), float((lse - gold)[keep].sum()), n_tokens

@@ -1,0 +1,137 @@
+"""The Transformer of Figure 1: embeddings + positions, an encoder stack, a decoder stack, softmax (§3).
+
+Shapes: B batch, S source length, T target length, D = d_model, H heads, V vocab;
+n = rows being decoded (B, or B·beam in beam search).
+
+    memory = Encoder(Dropout(Embed(src)·√d_model + PE))                          §3.1, §3.4, §3.5, §5.4
+    logits = Decoder(Dropout(Embed(tgt_in)·√d_model + PE), memory) Eᵀ            §3.1, §3.4
+
+tgt_in is the target "offset by one position" (§3.1): BOS y_1 ... y_{T-1}, and the
+loss compares logits[:, t] with y_{t+1}. Token ids are plain integer arrays (NumPy,
+or CuPy on the GPU); the model moves them to its backend.
+
+The search interface (search.py uses only these): encode(src_ids),
+init_cache(src_ids, memory, beam), decode_step(cache, tokens), cache.reorder(rows).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import minitensor as mt
+from minitensor import nn
+
+from .config import TransformerConfig
+from .embedding import Embeddings
+from .layers import Decoder, DecoderCache, Encoder
+from .masks import padding_mask, subsequent_mask
+from .positional import PositionalEncoding
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer (Figure 1) built from `config`, weights drawn from `rng`.
+
+    `compute_dtype` (float32 by default) is the dtype of activations: the embedded
+    inputs are cast to it, and every layer casts its float32 master weights to the
+    activations' dtype, so setting np.float16 runs the matmuls in half precision.
+    `rng` also seeds every dropout mask (one draw per call), so its state replays them.
+    """
+
+    def __init__(self, config: TransformerConfig, rng: np.random.Generator, backend="cpu"):
+        super().__init__()
+        self.config = config
+        self.compute_dtype = np.float32
+        self.embeddings = Embeddings(config.vocab_size, config.d_model, config.tie_embeddings, rng)
+        self.src_positions = PositionalEncoding(config.d_model, config.max_len, config.positional, rng)
+        self.tgt_positions = PositionalEncoding(config.d_model, config.max_len, config.positional, rng)
+        self.dropout = nn.Dropout(config.p_drop, rng=rng)          # §5.4: on the sums of embeddings and positions
+        self.encoder = Encoder(config, rng)
+        self.decoder = Decoder(config, rng)
+        self.to(backend)
+
+    @property
+    def backend(self):
+        """The backend the parameters live on (follows model.to(...))."""
+        return self.encoder.layers[0].self_attn.w_q.weight.backend
+
+    # --- building blocks ----------------------------------------------------------------
+    def _ids(self, ids):
+        ids = ids.data if isinstance(ids, mt.Tensor) else ids
+        ids = self.backend.asarray(ids)
+        if ids.ndim != 2 or ids.dtype.kind not in "iu":
+            raise ValueError(f"token ids must be a 2-d integer array (B, length), got {ids.dtype} {ids.shape}")
+        return ids
+
+    def _embed(self, embedded: mt.Tensor, positions: PositionalEncoding, offset: int) -> mt.Tensor:
+        x = positions(embedded, offset)                                # §3.5: Embed·√d_model + PE, (B, T, D)
+        return self.dropout(x.astype(self.compute_dtype))              # §5.4: dropout on the sums
+
+    def _encode(self, src, src_mask):
+        x = self._embed(self.embeddings.source(src), self.src_positions, 0)   # (B, S) -> (B, S, D)
+        return self.encoder(x, src_mask)                               # (B, S, D), [maps]
+
+    def _decode(self, tgt, memory, src_mask, cache: DecoderCache | None):
+        offset = 0 if cache is None else cache.length
+        T = tgt.shape[1]
+        x = self._embed(self.embeddings.target(tgt), self.tgt_positions, offset)   # (B, T) -> (B, T, D)
+        # §3.2.3: no position attends to a later one. Padding sits at the end of a target, after
+        # every real query, so this mask already hides it from them: no target padding mask.
+        tgt_mask = None if T == 1 else subsequent_mask(T, past=offset, xp=self.backend.xp)   # (1, 1, T, P+T)
+        if cache is not None:
+            src_mask = cache.src_mask
+        elif src_mask is not None:
+            src_mask = self.backend.asarray(src_mask)
+        x, self_maps, cross_maps = self.decoder(x, memory, src_mask, tgt_mask, cache)
+        if cache is not None:
+            cache.length += T
+        return self.embeddings.logits(x), self_maps, cross_maps       # (B, T, D) -> (B, T, V)
+
+    # --- the public interface -------------------------------------------------------------
+    def encode(self, src_ids) -> mt.Tensor:
+        """src_ids (B, S) -> memory (B, S, D)."""
+        src = self._ids(src_ids)
+        memory, _ = self._encode(src, padding_mask(src, self.config.pad_id))
+        return memory
+
+    def decode(self, tgt_in_ids, memory, src_pad_mask, cache: DecoderCache | None = None) -> mt.Tensor:
+        """tgt_in_ids (B, T) -> logits (B, T, V). With a cache, tgt_in_ids are the next T tokens."""
+        logits, _, _ = self._decode(self._ids(tgt_in_ids), memory, src_pad_mask, cache)
+        return logits
+
+    def forward(self, src_ids, tgt_in_ids) -> mt.Tensor:
+        """Figure 1, teacher forcing: src_ids (B, S), tgt_in_ids (B, T) -> logits (B, T, V)."""
+        src = self._ids(src_ids)
+        src_mask = padding_mask(src, self.config.pad_id)               # (B, 1, 1, S)
+        memory, _ = self._encode(src, src_mask)
+        logits, _, _ = self._decode(self._ids(tgt_in_ids), memory, src_mask, None)
+        return logits
+
+    def init_cache(self, src_ids, memory: mt.Tensor, beam: int = 1) -> DecoderCache:
+        """An empty decoding cache for B sentences, each repeated `beam` times (row b·beam + j)."""
+        return self.decoder.init_cache(memory, padding_mask(self._ids(src_ids), self.config.pad_id), beam)
+
+    def decode_step(self, cache: DecoderCache, tokens) -> mt.Tensor:
+        """One incremental step: tokens (n,) at position cache.length -> logits (n, V); updates cache."""
+        tokens = self.backend.asarray(tokens).reshape(-1, 1)           # (n,) -> (n, 1)
+        logits, _, _ = self._decode(tokens, None, None, cache)         # (n, 1, V)
+        return logits.reshape(logits.shape[0], logits.shape[2])        # (n, 1, V) -> (n, V)
+
+    def attention_maps(self, src_ids, tgt_in_ids) -> dict[str, np.ndarray]:
+        """Every attention weight of a no-grad, eval-mode forward, as NumPy (B, H, Tq, Tk) arrays.
+
+        Keys: "encoder.layers.{i}.self_attn", "decoder.layers.{i}.self_attn",
+        "decoder.layers.{i}.cross_attn" (encoder-decoder attention, (B, H, T, S)).
+        """
+        was_training = self.training
+        self.eval()
+        try:
+            with mt.no_grad():
+                src = self._ids(src_ids)
+                src_mask = padding_mask(src, self.config.pad_id)
+                memory, enc_maps = self._encode(src, src_mask)
+                _, self_maps, cross_maps = self._decode(self._ids(tgt_in_ids), memory, src_mask, None)
+        finally:
+            self.train(was_training)
+        maps = {f"encoder.layers.{i}.self_attn": w for i, w in enumerate(enc_maps)}
+        maps.update({f"decoder.layers.{i}.self_attn": w for i, w in enumerate(self_maps)})
+        maps.update({f"decoder.layers.{i}.cross_attn": w for i, w in enumerate(cross_maps)})
+        return {name: w.numpy().astype(np.float32) for name, w in maps.items()}

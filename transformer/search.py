@@ -1,0 +1,168 @@
+"""Greedy decoding and beam search with the GNMT length penalty (§6.1).
+
+Shapes: B sentences, k = beam, n = B·k rows decoded together, V vocab.
+
+§6.1: "beam search with a beam size of 4 and length penalty α = 0.6 ... We set the
+maximum output length during inference to input length + 50, but terminate early
+when possible."
+
+Conventions (chosen and documented):
+- Max output length per sentence L = (non-pad source tokens) + max_len_b, capped by
+  config.max_len (the positions table). Lengths count generated tokens including EOS;
+  a hypothesis still open at L tokens is finished as it is (no EOS).
+- Length penalty (Wu et al. 2016, GNMT): lp(|Y|) = ((5 + |Y|) / 6)^α,
+  score(Y) = log P(Y) / lp(|Y|).
+- Each step takes the 2k best continuations of a sentence's k live hypotheses; an EOS
+  continuation ranked among the first k finishes a hypothesis (frozen: never extended
+  again), the best k others stay live. With k = 1 this is exactly greedy decoding.
+- A sentence stops when it has k finished hypotheses, when it reaches L, or when no
+  live hypothesis can beat its best finished one: extending a hypothesis only lowers
+  log P (≤ 0), so a live one with log-prob ℓ at length t can at best score
+  ℓ / max(lp(t+1), lp(L)) (for α ≥ 0 that is ℓ / lp(L)).
+
+The model interface used here is small, so a stub can stand in for tests:
+`model.config` (pad_id, bos_id, eos_id, max_len), `model.encode(src_ids)`,
+`model.init_cache(src_ids, memory, beam)`, `model.decode_step(cache, tokens) -> logits (n, V)`,
+`cache.reorder(rows) -> cache`; `model.eval()/train()` when present.
+Output token lists exclude BOS and EOS.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+import minitensor as mt
+
+
+def length_penalty(length, alpha: float):
+    """§6.1 (GNMT): lp(|Y|) = ((5 + |Y|) / 6)^α."""
+    return ((5.0 + np.asarray(length, dtype=np.float64)) / 6.0) ** alpha
+
+
+def _max_lengths(model, src: np.ndarray, max_len_b: int) -> np.ndarray:
+    src_len = (src != model.config.pad_id).sum(axis=1)                     # (B,)
+    return np.minimum(src_len + max_len_b, model.config.max_len)           # §6.1: input length + max_len_b
+
+
+@contextlib.contextmanager
+def _inference(model):
+    """no_grad and eval mode, restoring the model's training flag afterwards."""
+    was_training = getattr(model, "training", False)
+    if hasattr(model, "eval"):
+        model.eval()
+    try:
+        with mt.no_grad():
+            yield
+    finally:
+        if was_training:
+            model.train()
+
+
+def _log_probs(logits):
+    """(n, V) logits (Tensor or array) -> (log-probs in float32 on the same device, xp)."""
+    if isinstance(logits, mt.Tensor):
+        z, xp = logits.data, logits.backend.xp
+    else:
+        z, xp = logits, np
+    z = z.astype(np.float32)
+    m = z.max(axis=-1, keepdims=True)                                      # (n, 1)
+    return z - (m + xp.log(xp.exp(z - m).sum(axis=-1, keepdims=True))), xp
+
+
+def _to_host(array) -> np.ndarray:
+    return array.get() if hasattr(array, "get") else np.asarray(array)
+
+
+def greedy_decode(model, src_ids, max_len_b: int = 50) -> list[list[int]]:
+    """The most probable next token at every step, for a batch of sentences (B, S) at once."""
+    cfg = model.config
+    src = _to_host(src_ids)
+    limits = _max_lengths(model, src, max_len_b)                           # (B,)
+    B = src.shape[0]
+    outputs, done = [[] for _ in range(B)], np.zeros(B, dtype=bool)
+    with _inference(model):
+        memory = model.encode(src_ids)
+        cache = model.init_cache(src_ids, memory, 1)
+        tokens = np.full(B, cfg.bos_id, dtype=np.int64)                    # (B,)
+        for step in range(int(limits.max(initial=0))):
+            logp, xp = _log_probs(model.decode_step(cache, tokens))       # (B, V)
+            tokens = _to_host(xp.argmax(logp, axis=-1)).astype(np.int64)  # (B,)
+            for b in np.flatnonzero(~done):
+                if tokens[b] == cfg.eos_id:
+                    done[b] = True
+                    continue
+                outputs[b].append(int(tokens[b]))
+                done[b] = step + 1 >= limits[b]
+            if done.all():
+                break
+    return outputs
+
+
+def beam_search(model, src_ids, beam: int = 4, alpha: float = 0.6, max_len_b: int = 50) -> list[list[int]]:
+    """§6.1 beam search (k = beam) with lp(|Y|) = ((5+|Y|)/6)^α; returns the best finished hypothesis per sentence."""
+    if beam < 1:
+        raise ValueError(f"beam must be >= 1, got {beam}")
+    cfg, k = model.config, beam
+    src = _to_host(src_ids)
+    limits = _max_lengths(model, src, max_len_b)                           # (B,)
+    B = src.shape[0]
+    scores = np.full((B, k), -np.inf)                                      # (B, k) live log-probs, float64
+    scores[:, 0] = 0.0                                                     # k identical starts: keep one
+    history = np.zeros((B, k, 0), dtype=np.int64)                          # (B, k, t) tokens so far
+    best = [(-np.inf, None)] * B                                           # (score, tokens) of the best finished
+    n_finished, done = np.zeros(B, dtype=int), np.zeros(B, dtype=bool)
+    with _inference(model):
+        memory = model.encode(src_ids)
+        cache = model.init_cache(src_ids, memory, k)                       # rows b·k + j
+        tokens = np.full(B * k, cfg.bos_id, dtype=np.int64)               # (n,)
+        for t in range(1, int(limits.max(initial=0)) + 1):                # t = hypothesis length after this step
+            logp, xp = _log_probs(model.decode_step(cache, tokens))       # (n, V)
+            V = logp.shape[-1]
+            total = logp.reshape(B, k, V) + xp.asarray(scores.astype(np.float32))[:, :, None]   # (B, k, V)
+            total = total.reshape(B, k * V)                                # (B, k·V)
+            width = min(2 * k, k * V)
+            top = xp.argpartition(-total, width - 1, axis=1)[:, :width]    # (B, 2k) unordered
+            top_vals = _to_host(xp.take_along_axis(total, top, axis=1)).astype(np.float64)
+            top = _to_host(top)
+            rows = np.arange(B * k).reshape(B, k)                          # default: rows stay (done sentences)
+            new_scores, new_tokens = np.full((B, k), -np.inf), np.full((B, k), cfg.eos_id, dtype=np.int64)
+            for b in np.flatnonzero(~done):
+                order = np.argsort(-top_vals[b], kind="stable")
+                live = []
+                for rank, i in enumerate(order):
+                    value, (parent, token) = top_vals[b, i], divmod(int(top[b, i]), V)
+                    if value == -np.inf:
+                        continue
+                    if token == cfg.eos_id:
+                        if rank < k:                                       # finished: frozen from now on
+                            n_finished[b] += 1
+                            score = value / length_penalty(t, alpha)      # §6.1: log P(Y) / lp(|Y|)
+                            if score > best[b][0]:
+                                best[b] = (score, history[b, parent].tolist())
+                    elif len(live) < k:
+                        live.append((value, parent, token))
+                for j, (value, parent, token) in enumerate(live):
+                    rows[b, j], new_scores[b, j], new_tokens[b, j] = b * k + parent, value, token
+                if t >= limits[b]:                                         # §6.1 max length: finish live ones as they are
+                    for value, parent, token in live:
+                        score = value / length_penalty(t, alpha)
+                        if score > best[b][0]:
+                            best[b] = (score, history[b, parent].tolist() + [token])
+                    done[b] = True
+                elif n_finished[b] >= k:
+                    done[b] = True
+                elif live:                                                 # §6.1 "terminate early when possible"
+                    bound = live[0][0] / max(length_penalty(t + 1, alpha), length_penalty(limits[b], alpha))
+                    done[b] = best[b][0] >= bound
+                else:
+                    done[b] = True
+            if done.all():
+                break
+            parents = rows - np.arange(B)[:, None] * k                     # (B, k) parent beam of each new row
+            history = np.concatenate([np.take_along_axis(history, parents[:, :, None], axis=1),
+                                      new_tokens[:, :, None]], axis=2)     # (B, k, t) -> (B, k, t+1)
+            scores = np.where(done[:, None], -np.inf, new_scores)
+            tokens = new_tokens.reshape(-1)                                # (n,)
+            cache = cache.reorder(rows.reshape(-1))
+    return [tokens_ if tokens_ is not None else [] for _, tokens_ in best]
