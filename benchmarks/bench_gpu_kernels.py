@@ -295,10 +295,10 @@ def bench_matmul(table, rng, size=4096):
                                                                          atol=atol, rtol=1e-2))
 
 
-def main():
+def main(only=""):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", help="also write the rows to this JSON file")
-    parser.add_argument("--only", default="", help="run only benches whose name contains this")
+    parser.add_argument("--only", default=only, help="run only benches whose name contains this")
     args = parser.parse_args()
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     print(f"device: {props['name'].decode()}, torch: {torch.__version__ if torch else 'not importable'}")

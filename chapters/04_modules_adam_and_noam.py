@@ -24,6 +24,7 @@
 # paper's constants, and the schedule of Eq. (3).
 
 # %%
+import contextlib
 import sys
 from pathlib import Path
 
@@ -35,12 +36,15 @@ import numpy as np
 
 import minitensor as mt
 from minitensor import nn, optim
+from train.threads import cpu_threads
 
 FAST = "--fast" in sys.argv
 CHECK_SOLUTIONS = "--check-solutions" in sys.argv
 HERE = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
 OUT = HERE / "_out"
 OUT.mkdir(exist_ok=True)
+THREADS = contextlib.ExitStack()       # held until the script ends
+THREADS.enter_context(cpu_threads(1))  # tiny matrices: extra BLAS/Numba threads only add overhead
 rng = np.random.default_rng(0)
 
 # %% [markdown]

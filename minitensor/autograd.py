@@ -34,14 +34,23 @@ def no_grad():
 
 
 class Context:
-    """What one application of a Function keeps for its backward pass."""
+    """What one application of a Function keeps for its backward pass: a node of the graph.
 
-    def __init__(self, function, parents, backend):
+    `parents` records each input as a graph node: a leaf Tensor as itself (its
+    `.grad` is where gradients land), an intermediate Tensor by its own
+    Context, and an input that needs no gradient as None. Intermediate Tensors
+    are not kept, so their arrays are freed as soon as the forward code drops
+    them; only what `save_for_backward` keeps survives until backward.
+    """
+
+    def __init__(self, function, inputs, backend):
         self.function = function
-        self.parents = parents            # the input Tensors, in order
         self.backend = backend            # backward does its math through this
-        self.needs_input_grad = tuple(p.requires_grad for p in parents)
+        self.needs_input_grad = tuple(t.requires_grad for t in inputs)
+        self.parents = tuple((t if t._ctx is None else t._ctx) if t.requires_grad else None for t in inputs)
+        self.input_shapes = tuple(t.data.shape for t in inputs)
         self.saved = ()
+        self.consumed = False
 
     def save_for_backward(self, *arrays):
         self.saved = arrays
@@ -84,7 +93,7 @@ class Function:
 
 
 def toposort(root) -> list:
-    """Tensors reachable from `root` that need a gradient, parents before children.
+    """Graph nodes reachable from `root` (a Context or a leaf Tensor), parents before children.
 
     Iterative depth-first search: a 10,000-op chain must not hit Python's
     recursion limit (micrograd's recursive build_topo does).
@@ -100,10 +109,9 @@ def toposort(root) -> list:
             continue
         visited.add(id(node))
         stack.append((node, True))
-        if node._ctx is not None:
-            for parent in node._ctx.parents:
-                if parent.requires_grad and id(parent) not in visited:
-                    stack.append((parent, False))
+        for parent in getattr(node, "parents", ()):        # leaf Tensors have no parents
+            if parent is not None and id(parent) not in visited:
+                stack.append((parent, False))
     return order
 
 
@@ -119,27 +127,30 @@ def backward(root, grad_out=None) -> None:
         if root.data.size != 1:
             raise RuntimeError(f"backward() without a gradient needs a scalar, got shape {root.shape}")
         grad_out = root.backend.xp.ones_like(root.data)
-    grads = {id(root): grad_out}
-    for node in reversed(toposort(root)):
+    start = root if root._ctx is None else root._ctx
+    grads = {id(start): grad_out}
+    for node in reversed(toposort(start)):
         grad = grads.pop(id(node), None)
         if grad is None:
             continue
-        ctx = node._ctx
-        if ctx is None:  # a leaf: accumulate, out of place so no gradient array is ever shared and mutated
+        if not isinstance(node, Context):  # a leaf: accumulate, out of place so no gradient array is shared and mutated
             node.grad = grad if node.grad is None else node.grad + grad
             continue
-        input_grads = ctx.function.backward(ctx, grad)
+        if node.consumed:
+            raise RuntimeError("backward through a graph that was already freed: "
+                               "run the forward again before each backward")
+        input_grads = node.function.backward(node, grad)
         if not isinstance(input_grads, tuple):
             input_grads = (input_grads,)
-        if len(input_grads) != len(ctx.parents):
-            raise RuntimeError(f"bug in {ctx.function.__name__}.backward: returned "
-                               f"{len(input_grads)} gradients for {len(ctx.parents)} inputs")
-        for parent, g in zip(ctx.parents, input_grads):
-            if g is None or not parent.requires_grad:
+        if len(input_grads) != len(node.parents):
+            raise RuntimeError(f"bug in {node.function.__name__}.backward: returned "
+                               f"{len(input_grads)} gradients for {len(node.parents)} inputs")
+        for parent, shape, g in zip(node.parents, node.input_shapes, input_grads):
+            if g is None or parent is None:
                 continue
-            if g.shape != parent.data.shape:
-                raise RuntimeError(f"bug in {ctx.function.__name__}.backward: gradient shape "
-                                   f"{g.shape} for an input of shape {parent.data.shape}")
+            if g.shape != shape:
+                raise RuntimeError(f"bug in {node.function.__name__}.backward: gradient shape "
+                                   f"{g.shape} for an input of shape {shape}")
             key = id(parent)
             grads[key] = g if key not in grads else grads[key] + g
-        node._ctx = None  # free the saved arrays as soon as they are used
+        node.saved, node.consumed = (), True  # free the saved arrays as soon as they are used

@@ -82,43 +82,68 @@ class SGD(Optimizer):
 class Adam(Optimizer):
     """Adam (Kingma & Ba) with bias correction; the paper's β₁=0.9, β₂=0.98, ε=1e−9 (§5.3).
 
-    The update itself is the backend's fused `adam_step` kernel, one call per parameter.
+    All parameters live in one flat float32 buffer (each `param.data` is a view
+    into it), as do the moments, so one step is one concatenation of the
+    gradients plus one fused `adam_step` kernel call, not one call per
+    parameter. A parameter whose `.data` was replaced (load_state_dict, .to())
+    is copied back into the buffer on the next step. A missing gradient counts as zero.
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.98), eps: float = 1e-9):
         super().__init__(params, lr)
         self.beta1, self.beta2 = betas
         self.eps = eps
-        self.m = [p.backend.xp.zeros(p.shape, dtype=np.float32) for p in self.params]
-        self.v = [p.backend.xp.zeros(p.shape, dtype=np.float32) for p in self.params]
+        self.backend = self.params[0].backend
+        for name, p in self.named_params:
+            if p.backend is not self.backend or p.dtype != np.float32:
+                raise ValueError(f"Adam: parameter {name!r} is {p.dtype} on {p.backend.name}; all parameters "
+                                 f"must be float32 on {self.backend.name}")
+        self.offsets = np.cumsum([0] + [p.size for p in self.params]).tolist()
+        xp = self.backend.xp
+        self.flat = xp.empty(self.offsets[-1], dtype=np.float32)
+        self.m = xp.zeros(self.offsets[-1], dtype=np.float32)
+        self.v = xp.zeros(self.offsets[-1], dtype=np.float32)
+        self.views = [None] * len(self.params)
+        self._adopt_parameters()
+
+    def _slice(self, buffer, i):
+        return buffer[self.offsets[i]:self.offsets[i + 1]].reshape(self.params[i].shape)
+
+    def _adopt_parameters(self) -> None:
+        """Copy any parameter that is not (or no longer) a view of the flat buffer into it."""
+        for i, p in enumerate(self.params):
+            if p.data is not self.views[i]:
+                view = self._slice(self.flat, i)
+                view[...] = p.data
+                p.data = self.views[i] = view
 
     def step(self) -> None:
         self.step_count += 1
-        lr = self.current_lr()
-        for p, m, v in zip(self.params, self.m, self.v):
-            if p.grad is None:
-                continue
-            grad = p.grad if p.grad.dtype == p.dtype else p.grad.astype(p.dtype)
-            p.backend.adam_step(p.data, grad, m, v, lr, self.beta1, self.beta2, self.eps, self.step_count)
+        self._adopt_parameters()
+        xp = self.backend.xp
+        grads = [(xp.zeros(p.size, np.float32) if p.grad is None else p.grad.reshape(-1)) for p in self.params]
+        flat_grad = xp.concatenate(grads).astype(np.float32, copy=False)
+        self.backend.adam_step(self.flat, flat_grad, self.m, self.v, self.current_lr(),
+                               self.beta1, self.beta2, self.eps, self.step_count)
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Moments by parameter name plus the step, as NumPy arrays (checkpoint-ready)."""
         state = {"step": np.array(self.step_count, dtype=np.int64)}
-        for (name, p), m, v in zip(self.named_params, self.m, self.v):
-            state[f"m.{name}"] = p.backend.to_numpy(m)
-            state[f"v.{name}"] = p.backend.to_numpy(v)
+        for i, (name, _) in enumerate(self.named_params):
+            state[f"m.{name}"] = self.backend.to_numpy(self._slice(self.m, i))
+            state[f"v.{name}"] = self.backend.to_numpy(self._slice(self.v, i))
         return state
 
     def load_state_dict(self, state: dict) -> None:
         for i, (name, p) in enumerate(self.named_params):
-            for key, moments in ((f"m.{name}", self.m), (f"v.{name}", self.v)):
+            for key, buffer in ((f"m.{name}", self.m), (f"v.{name}", self.v)):
                 if key not in state:
                     raise KeyError(f"optimizer state has no {key!r}")
                 value = np.asarray(state[key])
                 if tuple(value.shape) != p.shape:
                     raise ValueError(f"optimizer state {key!r} has shape {tuple(value.shape)}, "
                                      f"parameter has {p.shape}")
-                moments[i] = p.backend.asarray(np.array(value, dtype=np.float32))
+                self._slice(buffer, i)[...] = self.backend.asarray(np.array(value, dtype=np.float32))
         self.step_count = int(np.asarray(state["step"]))
 
 

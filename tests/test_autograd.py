@@ -87,3 +87,23 @@ def test_float32_default_and_float64_on_request():
     assert mt.tensor(np.zeros(2)).dtype == np.float32
     assert mt.tensor(np.zeros(2), dtype="float64").dtype == np.float64
     assert mt.tensor(np.arange(3)).dtype.kind == "i"
+
+
+def test_intermediate_tensors_are_not_kept_alive_by_the_graph():
+    import weakref
+    x = mt.tensor(np.ones(3), requires_grad=True, dtype="float64", backend="numpy")
+    y = x * 2.0
+    z = y.exp()                     # Exp saves its output, not its input: y itself is not needed
+    probe = weakref.ref(y)
+    del y
+    assert probe() is None, "the graph must record y by its Context, not hold y (and its array) alive"
+    z.sum().backward()
+    np.testing.assert_allclose(x.grad, 2 * np.exp(2.0))
+
+
+def test_second_backward_through_freed_graph_raises():
+    x = mt.tensor(np.ones(2), requires_grad=True, dtype="float64", backend="numpy")
+    y = (x * x).sum()
+    y.backward()
+    with pytest.raises(RuntimeError, match="already freed"):
+        y.backward()

@@ -61,3 +61,11 @@ def test_cross_entropy_closed_form_and_nll(backend):
     expected = -(0.7 * np.log(0.4) + 0.15 * np.log(0.2) + 0.15 * np.log(0.3))
     assert loss.numpy()[0] == pytest.approx(expected, rel=1e-12)
     assert float(mt.get_backend(backend).to_numpy(nll)[0]) == pytest.approx(-np.log(0.4), rel=1e-12)
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_linear_matches_composed(backend, rng, with_bias):
+    from minitensor.functions import Linear
+    arrays = [rng.standard_normal((2, 3, 4)), rng.standard_normal((4, 5))] + ([rng.standard_normal(5)] if with_bias else [])
+    composed = (lambda x, w, b: x @ w + b) if with_bias else (lambda x, w: x @ w)
+    check_same(Linear.apply, composed, arrays, backend)

@@ -180,3 +180,20 @@ def test_dropout_gradient_and_statistics(backend, rng):
     assert abs(kept.mean() - 0.75) < 0.01                       # keeps ~1-p
     np.testing.assert_allclose(y[kept], 1 / 0.75, rtol=1e-6)    # inverted scaling
     np.testing.assert_array_equal(Dropout.apply(ones, p=0.25, seed=1).numpy(), y)  # same seed, same mask
+
+
+def test_linear_gradient(backend, rng):
+    from minitensor.functions import Linear
+    x, w, b = (t(rng.standard_normal(s), backend=backend) for s in [(2, 3, 4), (4, 5), (5,)])
+    assert mt.gradcheck(Linear.apply, x, w, b)
+    assert mt.gradcheck(Linear.apply, x, w)
+
+
+def test_linear_mixed_precision_returns_float32_weight_grads(rng):
+    from minitensor.functions import Linear
+    x = mt.tensor(rng.standard_normal((3, 4)), dtype="float16", requires_grad=True, backend="numpy")
+    w = mt.tensor(rng.standard_normal((4, 2)), requires_grad=True, backend="numpy")
+    y = Linear.apply(x, w)
+    assert y.dtype == np.float16
+    y.sum().backward()
+    assert w.grad.dtype == np.float32 and x.grad.dtype == np.float16

@@ -40,6 +40,8 @@ def _add_decoding(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenizer", type=Path, default=None,
                         help="tokenizer.model (default: the one in the checkpoint's run directory)")
     parser.add_argument("--backend", default="cpu", help="numpy, numba, cupy, cpu or cuda (default cpu)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="CPU threads for BLAS and Numba (default 0: the libraries' choice)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,8 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     average.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     _add_debug(average)
 
-    plot = commands.add_parser("plot", help="write PNG curves of a run (RUN_DIR/plots)")
+    plot = commands.add_parser("plot", help="write PNG curves and an attention heat-map (RUN_DIR/plots)")
     plot.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    plot.add_argument("--sentence", default=None,
+                      help="source sentence for the attention heat-map (default: the first validation sentence)")
     _add_debug(plot)
 
     doctor = commands.add_parser("doctor", help="versions, devices, and which backends work here")
@@ -115,11 +119,16 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    print(f"warning: {message}", file=sys.stderr if file is None else file)
+
+
 def _dispatch(args) -> int:
     from train import commands  # imported late: `--help` stays fast
 
     if not args.debug:
         warnings.simplefilter("ignore", category=DeprecationWarning)
+        warnings.showwarning = _one_line_warning
     if args.command in (None, "demo"):
         return commands.demo(
             run_dir=getattr(args, "run_dir", Path("runs/demo")), overrides=getattr(args, "set", []),

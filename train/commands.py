@@ -11,9 +11,11 @@ import time
 from pathlib import Path
 
 from train import checkpointing, config as config_lib
-from train.data import iter_parallel
+from train.data import iter_lines, iter_parallel
 from train.errors import InputError
 from train.evaluate import corpus_scores
+from train.threads import cpu_threads
+from transformer.checkpoint import list_checkpoints
 
 
 def fit(args) -> int:
@@ -28,34 +30,33 @@ def fit(args) -> int:
     return 0
 
 
-def _load_for_decoding(args):
+def _translate(args, lines: list[str], where: str) -> list[str]:
+    """Load the checkpoint and its tokenizer, then translate `lines` with the decoding options."""
+    from train.translate import translate_lines
+
     model, tokenizer = checkpointing.load_for_inference(args.ckpt, tokenizer_path=args.tokenizer,
                                                         backend=args.backend)
-    return model, tokenizer
+    with cpu_threads(args.threads):
+        return translate_lines(model, tokenizer, lines, beam=args.beam, alpha=args.alpha,
+                               max_len_b=args.max_len_b, max_tokens=args.max_tokens, where=where)
 
 
 def translate(args) -> int:
-    from train.translate import read_stdin_lines, translate_lines
+    from train.translate import read_stdin_lines
 
     lines = read_stdin_lines(sys.stdin.buffer)
     if not lines:
         raise InputError("<stdin>: empty input, nothing to translate")
-    model, tokenizer = _load_for_decoding(args)
-    outputs = translate_lines(model, tokenizer, lines, beam=args.beam, alpha=args.alpha,
-                              max_len_b=args.max_len_b, max_tokens=args.max_tokens, where="<stdin>")
+    outputs = _translate(args, lines, "<stdin>")
     sys.stdout.write("".join(line + "\n" for line in outputs))
     return 0
 
 
 def evaluate(args) -> int:
-    from train.translate import translate_lines
-
     pairs = [(src, ref) for _, src, ref in iter_parallel(args.src, args.ref)]  # checks both files first
     if args.out is not None and args.out.exists():
         raise InputError(f"{args.out}: exists; choose another --out (nothing is overwritten)")
-    model, tokenizer = _load_for_decoding(args)
-    hyps = translate_lines(model, tokenizer, [s for s, _ in pairs], beam=args.beam, alpha=args.alpha,
-                           max_len_b=args.max_len_b, max_tokens=args.max_tokens, where=str(args.src))
+    hyps = _translate(args, [s for s, _ in pairs], str(args.src))
     if args.out is not None:
         args.out.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
     print(corpus_scores(hyps, [r for _, r in pairs]).format())
@@ -69,11 +70,23 @@ def average(args) -> int:
 
 
 def plot(args) -> int:
-    from train.plots import plot_run
+    """Curves from metrics.jsonl; with a checkpoint, also the attention of one sentence and its translation."""
+    from train.plots import attention_for_sentence, plot_run
+    from train.translate import translate_lines
 
     if not (args.run_dir / "metrics.jsonl").is_file():
         raise InputError(f"{args.run_dir}: no metrics.jsonl here; is it a run directory?")
-    for path in plot_run(args.run_dir):
+    written = plot_run(args.run_dir)
+    checkpoints = list_checkpoints(args.run_dir)
+    sentence = args.sentence
+    if sentence is None and (args.run_dir / "data" / "valid.en").is_file():
+        sentence = next((line for _, line in iter_lines(args.run_dir / "data" / "valid.en") if line), None)
+    if checkpoints and sentence:
+        model, tokenizer = checkpointing.load_for_inference(checkpoints[-1])
+        translation = translate_lines(model, tokenizer, [sentence], beam=1)[0]
+        written.append(attention_for_sentence(model, tokenizer, sentence, translation,
+                                              args.run_dir / "plots" / "attention.png"))
+    for path in written:
         print(f"wrote {path}")
     return 0
 
@@ -81,15 +94,28 @@ def plot(args) -> int:
 def demo(run_dir: Path, overrides: list[str], force: bool, progress: bool, config_path: Path) -> int:
     """The built-in task end to end; prints test BLEU and example translations."""
     from train.loop import fit as run_fit
-    from train.plots import attention_for_sentence, plot_run
-    from train.translate import translate_ids
 
     start = time.perf_counter()
     run_config = config_lib.load(config_path, overrides)
     print(f"demo: the built-in English->German number task, config {config_path.name}, run dir {run_dir}")
     result = run_fit(run_config, run_dir, force=force, progress=progress)
+    with cpu_threads(run_config.train.threads):
+        _demo_test(run_config, run_dir, result)
+    print(f"total time {time.perf_counter() - start:.0f} s")
+    return 0
+
+
+def _demo_test(run_config, run_dir: Path, result) -> None:
+    """Decode the test split with the averaged model, print scores and examples, write the plots."""
+    from train.plots import attention_for_sentence, plot_run
+    from train.translate import translate_ids
+
     prepared, tokenizer = result.prepared, result.tokenizer
-    model = checkpointing.averaged_model(result.model, result.checkpoints, run_config.train.average_last)
+    last = run_config.train.average_last
+    model = checkpointing.averaged_model(result.model, result.checkpoints, last)
+    if last > 1 and len(result.checkpoints) > 1:
+        names = [p.name for p in result.checkpoints[-last:]]
+        print(f"averaged {len(names)} checkpoints, {names[0]} .. {names[-1]} (§6.1)")
     test = prepared.test
     decode = run_config.decode
     print(f"decoding {len(test.src_ids)} test sentences: beam {decode.beam}, alpha {decode.alpha} (§6.1)")
@@ -106,9 +132,7 @@ def demo(run_dir: Path, overrides: list[str], force: bool, progress: bool, confi
                                         run_dir / "plots" / "attention.png"))
     print(f"plots: {', '.join(p.name for p in plots)} in {run_dir / 'plots'}")
     print(scores.format())
-    print(f"test BLEU {scores.bleu:.2f} (sacreBLEU), exact match {scores.exact_match:.1f} %, "
-          f"total time {time.perf_counter() - start:.0f} s")
-    return 0
+    print(f"test BLEU {scores.bleu:.2f} (sacreBLEU), exact match {scores.exact_match:.1f} %")
 
 
 __all__ = ["fit", "translate", "evaluate", "average", "plot", "demo"]

@@ -119,6 +119,7 @@ class TrainConfig:
     seed: int = 0  # model init, dropout, batch order
     backend: str = "cpu"  # minitensor backend: numpy, numba, cupy, cpu (best CPU), cuda
     precision: str = "fp32"  # "fp16" = mixed precision with dynamic loss scaling (cuda only)
+    threads: int = 0  # CPU threads for BLAS and Numba; 0 = the libraries' default (train/threads.py)
     log_every: int = 100  # updates between log lines
     valid_every: int = 1000  # updates between validations (0 = only at the end)
     valid_bleu_sentences: int = 200  # validation BLEU on this many sentences (0 = skip)
@@ -131,6 +132,8 @@ class TrainConfig:
     def __post_init__(self):
         _choice("train.backend", self.backend, BACKENDS)
         _choice("train.precision", self.precision, PRECISIONS)
+        if self.threads < 0:
+            raise InputError(f"train.threads must be 0 (library default) or positive, got {self.threads}")
         for name in ("max_tokens", "accum", "max_steps", "warmup_steps", "log_every",
                      "ckpt_every", "keep_last", "average_last", "valid_beam"):
             _positive(f"train.{name}", getattr(self, name))
@@ -186,7 +189,7 @@ def transformer_config(model: ModelConfig, vocab_size: int):
 RESUMABLE_KEYS = frozenset({
     "name", "train.max_steps", "train.log_every", "train.valid_every", "train.valid_bleu_sentences",
     "train.valid_beam", "train.ckpt_every", "train.ckpt_minutes", "train.keep_last",
-    "train.average_last", "train.backend",
+    "train.average_last", "train.backend", "train.threads",
 }) | {f"decode.{f.name}" for f in dataclasses.fields(DecodeConfig)}
 
 

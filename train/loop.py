@@ -39,13 +39,14 @@ from train.evaluate import corpus_scores
 from train.loss_scaler import DynamicLossScaler
 from train.metrics import MetricsWriter, mfu, peak_tflops, train_flops
 from train.prepare import Prepared, corpus_batch, make_model_inputs, prepare, split_batches
+from train.threads import cpu_threads
 from train.translate import translate_ids
 from transformer.checkpoint import list_checkpoints
 from transformer.loss import LabelSmoothingLoss
 from transformer.model import Transformer
 
 # Files and folders this tool writes in a run directory (the only ones --force removes).
-RUN_FILES = ("config.json", "metrics.jsonl", "tokenizer.model", "data", "cache", "plots",
+RUN_FILES = ("config.json", "metrics.jsonl", "tokenizer.model", "tokenizer.vocab", "data", "cache", "plots",
              "test.hyp", "averaged.safetensors")
 
 
@@ -90,36 +91,47 @@ def prepare_run_dir(run_config: RunConfig, run_dir: Path, force: bool) -> bool:
 
     An existing run dir must hold a run with the same config (keys in
     config.RESUMABLE_KEYS may differ); anything else is an InputError unless
-    `force`, which removes this tool's files (and only those) first.
+    `force`, which removes this tool's files (and only those) first. A run
+    that never reached its first checkpoint (say, its data had an error) holds
+    nothing worth keeping, so a new config simply starts it over.
     """
     saved = run_dir / "config.json"
     if force and run_dir.exists():
-        for name in RUN_FILES:
-            target = run_dir / name
-            if target.is_dir():
-                shutil.rmtree(target)
-            elif target.exists():
-                target.unlink()
-        for path in list_checkpoints(run_dir):
-            path.unlink()
+        _remove_run_files(run_dir)
     resuming = saved.is_file()
     if resuming:
         old = json.loads(saved.read_text(encoding="utf-8"))
         changed = [k for k in config_lib.diff(old, run_config.to_dict()) if k not in config_lib.RESUMABLE_KEYS]
-        if changed:
+        if changed and not list_checkpoints(run_dir):
+            _remove_run_files(run_dir)
+            resuming = False
+        elif changed:
             shown = ", ".join(f"{k} ({_lookup(old, k)!r} -> {_lookup(run_config.to_dict(), k)!r})"
                               for k in changed[:3])
             raise InputError(f"{saved}: this run was started with a different config: {shown}; "
                              f"resume with the same settings, use another --run-dir, or --force to start over")
-    elif run_dir.exists() and any(run_dir.iterdir()):
+    elif not force and run_dir.exists() and any(run_dir.iterdir()):
         raise InputError(f"{run_dir}: exists and is not empty but holds no run (no config.json); "
                          f"choose another --run-dir or pass --force")
     run_dir.mkdir(parents=True, exist_ok=True)
+    # Only keys in RESUMABLE_KEYS can differ here (e.g. a larger train.max_steps): record them.
     if not resuming or json.loads(saved.read_text(encoding="utf-8")) != run_config.to_dict():
         tmp = saved.with_suffix(".json.tmp")
         tmp.write_text(config_lib.to_json(run_config) + "\n", encoding="utf-8")
         tmp.replace(saved)
     return resuming
+
+
+def _remove_run_files(run_dir: Path) -> None:
+    """Delete what this tool writes in a run dir (RUN_FILES and checkpoints), nothing else."""
+    for name in RUN_FILES:
+        target = run_dir / name
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+    for path in list_checkpoints(run_dir):
+        path.unlink()
 
 
 def _lookup(data: dict, dotted: str):
@@ -182,14 +194,27 @@ def _next_batches(prepared: Prepared, state: TrainState, seed: int, count: int) 
 
 def fit(run_config: RunConfig, run_dir: str | Path, force: bool = False, reset_optimizer: bool = False,
         progress: bool = True) -> FitResult:
-    """Train `run_config` in `run_dir` to train.max_steps, resuming from the latest valid checkpoint."""
+    """Train `run_config` in `run_dir` to train.max_steps, resuming from the latest valid checkpoint.
+
+    Raises InputError for problems with the config, the data or the run directory
+    (checked before anything is written), CheckpointError for an unusable checkpoint.
+    """
     run_dir = Path(run_dir)
     backend = _backend_name(run_config)
     resuming = prepare_run_dir(run_config, run_dir, force)
+    with cpu_threads(run_config.train.threads) as threads:
+        if threads:
+            print(f"CPU threads: {', '.join(threads)}", flush=True)
+        return _train(run_config, run_dir, backend, resuming, reset_optimizer, progress)
+
+
+def _train(run_config: RunConfig, run_dir: Path, backend: str, resuming: bool, reset_optimizer: bool,
+           progress: bool) -> FitResult:
+    train = run_config.train
     say = Logger(None)
     say(f"{'resuming' if resuming else 'starting'} run {run_config.name!r} in {run_dir}")
     prepared = prepare(run_config, run_dir, log=say)
-    tokenizer, train = prepared.tokenizer, run_config.train
+    tokenizer = prepared.tokenizer
     model_config = config_lib.transformer_config(run_config.model, tokenizer.vocab_size)
 
     rng = np.random.default_rng(train.seed)  # model init and every dropout mask (§5.4)
@@ -243,13 +268,13 @@ def fit(run_config: RunConfig, run_dir: str | Path, force: bool = False, reset_o
                 weighted = out.loss * (out.n_tokens / n_target)  # token-weighted over the accum batches
                 (scaler.scale_loss(weighted) if scaler else weighted).backward()
                 window.add_batch(src, tgt_out, out, model_config)
-            logging = (state.step + 1) % train.log_every == 0
+            log_now = (state.step + 1) % train.log_every == 0
             grad_norm = None
             if scaler is not None:
                 do_step = scaler.update(scaler.unscale_and_check(params))
             else:
                 do_step = True
-            if do_step and (train.clip_norm > 0 or logging):
+            if do_step and (train.clip_norm > 0 or log_now):
                 grad_norm = clip_grad_norm(params, train.clip_norm if train.clip_norm > 0 else math.inf)
             if do_step:
                 optimizer.step()
@@ -260,7 +285,7 @@ def fit(run_config: RunConfig, run_dir: str | Path, force: bool = False, reset_o
             window.seconds += dt
             window.updates += 1
             bar.update(1)
-            if logging:
+            if log_now:
                 record = window.summary(optimizer.current_lr(), grad_norm, scaler, peak)
                 metrics.write("train", state.step, epoch=state.epoch, **record)
                 bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}",
@@ -348,7 +373,8 @@ class _Window:
 def _format_train(step: int, r: dict) -> str:
     parts = [f"step {step:>7}", f"loss {r['loss']:.3f}", f"nll {r['nll']:.3f}", f"ppl {r['ppl']:.2f}",
              f"lr {r['lr']:.2e}", f"gnorm {r['grad_norm']:.2f}" if r["grad_norm"] is not None else "",
-             f"tok/s {r['tgt_tokens_per_s']:.0f}", f"pad {100 * r['padding']:.1f}%",
+             f"src/tgt tok/upd {r['src_tokens_per_update']:.0f}/{r['tgt_tokens_per_update']:.0f}",
+             f"tgt tok/s {r['tgt_tokens_per_s']:.0f}", f"pad {100 * r['padding']:.1f}%",
              f"mfu {100 * r['mfu']:.1f}%" if r["mfu"] is not None else "mfu n/a"]
     if "loss_scale" in r:
         parts.append(f"scale {r['loss_scale']:g}")

@@ -21,7 +21,7 @@ import numpy as np
 from train import tasks
 from train.batching import make_batches, pad_batch
 from train.config import RunConfig, TaskConfig
-from train.data import TokenizedCorpus, multi30k_paths, read_parallel, shared_data_dir
+from train.data import TokenizedCorpus, iter_parallel, multi30k_paths, read_parallel, shared_data_dir
 from train.errors import InputError
 from train.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 
@@ -92,6 +92,8 @@ def load_or_train_tokenizer(config: RunConfig, run_dir: Path, train_paths: tuple
     path = run_dir / TOKENIZER_FILE
     if path.is_file():
         return Tokenizer(path)
+    for _ in iter_parallel(*train_paths):  # line counts and UTF-8 first: fail before minutes of training
+        pass
     cfg = config.tokenizer
     log(f"training a shared {cfg.model_type} tokenizer ({cfg.vocab_size} pieces) on {train_paths[0].name} "
         f"+ {train_paths[1].name}")

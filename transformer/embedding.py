@@ -18,6 +18,7 @@ import math
 import numpy as np
 
 import minitensor as mt
+from minitensor import functions as F
 from minitensor import nn
 
 
@@ -53,5 +54,4 @@ class Embeddings(nn.Module):
         """The pre-softmax linear transformation (§3.4): (B, T, D) -> (B, T, V)."""
         if not self.tie:
             return self.generator(x)
-        weight = self.shared.weight.astype(x.dtype)                    # (V, D), cast for mixed precision
-        return mt.matmul(x, weight.T)                                  # §3.4: x Eᵀ, (B, T, D) @ (D, V) -> (B, T, V)
+        return F.Linear.apply(x, self.shared.weight.T)                # §3.4: x Eᵀ, (B, T, D) @ (D, V) -> (B, T, V)

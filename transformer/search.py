@@ -12,6 +12,7 @@ Conventions (chosen and documented):
   a hypothesis still open at L tokens is finished as it is (no EOS).
 - Length penalty (Wu et al. 2016, GNMT): lp(|Y|) = ((5 + |Y|) / 6)^α,
   score(Y) = log P(Y) / lp(|Y|).
+- Padding and BOS are never generated.
 - Each step takes the 2k best continuations of a sentence's k live hypotheses; an EOS
   continuation ranked among the first k finishes a hypothesis (frozen: never extended
   again), the best k others stay live. With k = 1 this is exactly greedy decoding.
@@ -59,15 +60,21 @@ def _inference(model):
             model.train()
 
 
-def _log_probs(logits):
-    """(n, V) logits (Tensor or array) -> (log-probs in float32 on the same device, xp)."""
+def _log_probs(logits, config):
+    """(n, V) logits (Tensor or array) -> (log-probs in float32 on the same device, xp).
+
+    Padding and BOS are never outputs: they get log-prob −∞ (an untrained model would
+    otherwise happily emit them).
+    """
     if isinstance(logits, mt.Tensor):
         z, xp = logits.data, logits.backend.xp
     else:
         z, xp = logits, np
     z = z.astype(np.float32)
     m = z.max(axis=-1, keepdims=True)                                      # (n, 1)
-    return z - (m + xp.log(xp.exp(z - m).sum(axis=-1, keepdims=True))), xp
+    logp = z - (m + xp.log(xp.exp(z - m).sum(axis=-1, keepdims=True)))    # (n, V)
+    logp[:, [config.pad_id, config.bos_id]] = -np.inf
+    return logp, xp
 
 
 def _to_host(array) -> np.ndarray:
@@ -86,7 +93,7 @@ def greedy_decode(model, src_ids, max_len_b: int = 50) -> list[list[int]]:
         cache = model.init_cache(src_ids, memory, 1)
         tokens = np.full(B, cfg.bos_id, dtype=np.int64)                    # (B,)
         for step in range(int(limits.max(initial=0))):
-            logp, xp = _log_probs(model.decode_step(cache, tokens))       # (B, V)
+            logp, xp = _log_probs(model.decode_step(cache, tokens), cfg)       # (B, V)
             tokens = _to_host(xp.argmax(logp, axis=-1)).astype(np.int64)  # (B,)
             for b in np.flatnonzero(~done):
                 if tokens[b] == cfg.eos_id:
@@ -117,7 +124,7 @@ def beam_search(model, src_ids, beam: int = 4, alpha: float = 0.6, max_len_b: in
         cache = model.init_cache(src_ids, memory, k)                       # rows b·k + j
         tokens = np.full(B * k, cfg.bos_id, dtype=np.int64)               # (n,)
         for t in range(1, int(limits.max(initial=0)) + 1):                # t = hypothesis length after this step
-            logp, xp = _log_probs(model.decode_step(cache, tokens))       # (n, V)
+            logp, xp = _log_probs(model.decode_step(cache, tokens), cfg)       # (n, V)
             V = logp.shape[-1]
             total = logp.reshape(B, k, V) + xp.asarray(scores.astype(np.float32))[:, :, None]   # (B, k, V)
             total = total.reshape(B, k * V)                                # (B, k·V)

@@ -20,6 +20,20 @@ from ..kernels.softmax_forward import cupy_launch as softmax_forward
 from .base import Backend
 
 
+# u_i = top 24 bits of SplitMix64(seed + (i+1)·γ) / 2^24: counter-based, so any element can be
+# regenerated from (seed, i) and the dropout mask needs no RNG state on the device.
+_splitmix_uniform = cupy.ElementwiseKernel(
+    "uint64 seed", "float32 u",
+    """
+    unsigned long long z = seed + (unsigned long long)(i + 1) * 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z = z ^ (z >> 31);
+    u = (float)(z >> 40) * (1.0f / 16777216.0f);
+    """,
+    "splitmix_uniform")
+
+
 class CupyBackend(Backend):
     name = "cupy"
     device = "cuda"
@@ -32,7 +46,10 @@ class CupyBackend(Backend):
         cupyx.scatter_add(target, index, values)
 
     def uniform(self, seed: int, shape, dtype):
-        return cupy.random.default_rng(seed).random(shape, dtype=cupy.float32).astype(dtype, copy=False)
+        """SplitMix64 of (seed, element index): one kernel, no generator state to build per call."""
+        u = cupy.empty(shape, dtype=cupy.float32)
+        _splitmix_uniform(np.uint64(seed), u)
+        return u.astype(dtype, copy=False)
 
     def synchronize(self) -> None:
         cupy.cuda.get_current_stream().synchronize()

@@ -9,6 +9,42 @@ from __future__ import annotations
 from ..autograd import Function
 
 
+class Linear(Function):
+    """y = x W + b over the last axis (§3.3, Eq. (2): xW₁ + b₁), computed in x's dtype.
+
+    One Function instead of cast + matmul + expand + add: a Transformer step has
+    ~100 of these, and on a GPU each avoided op is a launch and a Python call
+    saved. Rows of x are flattened so each product is a single GEMM.
+    dx = dy Wᵀ, dW = xᵀ dy, db = Σ_rows dy; dW and db come back in the dtype of
+    the (float32 master) weights. Composed twin: `x @ W + b`.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, *bias):
+        xp = ctx.backend.xp
+        w = weight.astype(x.dtype, copy=False)                 # fp16 copy of the master weight in mixed precision
+        rows = x.reshape(-1, x.shape[-1])                      # (..., in) -> (R, in)
+        y = xp.matmul(rows, w)                                 # (R, in) @ (in, out) -> (R, out)
+        if bias:
+            y += bias[0].astype(x.dtype, copy=False)
+        ctx.save_for_backward(rows, w)
+        ctx.x_shape, ctx.w_dtype = x.shape, weight.dtype
+        return y.reshape(x.shape[:-1] + (w.shape[1],))         # (R, out) -> (..., out)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        rows, w = ctx.saved
+        xp = ctx.backend.xp
+        g = grad_out.reshape(-1, grad_out.shape[-1])           # (..., out) -> (R, out)
+        dx = xp.matmul(g, w.T).reshape(ctx.x_shape) if ctx.needs_input_grad[0] else None
+        dw = xp.matmul(rows.T, g).astype(ctx.w_dtype, copy=False) if ctx.needs_input_grad[1] else None
+        if len(ctx.needs_input_grad) == 2:
+            return dx, dw
+        acc = xp.promote_types(g.dtype, xp.float32)              # fp16 rows are summed in float32
+        db = g.sum(axis=0, dtype=acc).astype(ctx.w_dtype, copy=False) if ctx.needs_input_grad[2] else None
+        return dx, dw, db
+
+
 class Softmax(Function):
     """y = softmax(scale·x) over the last axis, blocked entries (mask True) get weight 0.
 
@@ -87,23 +123,23 @@ class CrossEntropy(Function):
     @staticmethod
     def backward(ctx, grad_out):
         (dlogits,) = ctx.saved
-        return dlogits * grad_out[:, None].astype(dlogits.dtype)
+        dlogits *= grad_out[:, None].astype(dlogits.dtype)  # in place: the saved array is used once, then freed
+        return dlogits
 
 
 class Dropout(Function):
     """y = x/(1−p) where u ≥ p, else 0 (inverted dropout, §5.4);  dx = the same mask on dy.
 
-    u are uniform draws from `seed`, kept for backward so the mask is the same.
+    u are uniform draws regenerated from `seed` in backward, so no mask is kept
+    in memory between forward and backward (the draws are a function of the seed).
     """
 
     @staticmethod
     def forward(ctx, x, *, p, seed):
-        u = ctx.backend.uniform(seed, x.shape, "float32")
-        ctx.save_for_backward(u)
-        ctx.p = p
-        return ctx.backend.dropout_forward(x, u, p)
+        ctx.p, ctx.seed = p, seed
+        return ctx.backend.dropout_forward(x, ctx.backend.uniform(seed, x.shape, "float32"), p)
 
     @staticmethod
     def backward(ctx, grad_out):
-        (u,) = ctx.saved
+        u = ctx.backend.uniform(ctx.seed, grad_out.shape, "float32")
         return ctx.backend.dropout_forward(grad_out, u, ctx.p)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import functions as F
-from ..tensor import Tensor, matmul
+from ..tensor import Tensor
 from . import init
 from .module import Module, Parameter
 
@@ -28,8 +28,10 @@ class Linear(Module):
         self.bias = Parameter(init.zeros((out_features,))) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
-        y = matmul(x, self.weight.astype(x.dtype))       # (..., in) @ (in, out) -> (..., out)
-        return y if self.bias is None else y + self.bias.astype(x.dtype)
+        if x.shape[-1] != self.in_features:
+            raise ValueError(f"Linear({self.in_features}, {self.out_features}) got input of shape {x.shape}")
+        params = (self.weight,) if self.bias is None else (self.weight, self.bias)
+        return F.Linear.apply(x, *params)                # (..., in) @ (in, out) + (out,) -> (..., out)
 
 
 class Embedding(Module):

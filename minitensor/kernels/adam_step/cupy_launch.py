@@ -1,7 +1,8 @@
 """Adam update on the GPU, in place: grid/block arithmetic and launch of cuda.cu (§5.3).
 
 v1: one thread per element (block = threads per block)
-v2: grid of 8 blocks per SM, 4 elements per thread per trip (block = threads per block)
+v2: grid of 8 blocks per SM, 4 elements per thread per trip (block = threads per block);
+    on an H100 at 63M params v1 measured faster (0.646 vs 0.687 ms, 95% of copy bandwidth): DEFAULT 1
 
 Shapes: P = number of parameters; param, m, v share one float dtype (float32 or float64),
 grad may be float16 with float32 parameters (mixed precision). All same shape, contiguous.
@@ -66,7 +67,7 @@ def launch_v2(param, grad, m, v, lr, beta1, beta2, eps, step, block=256):
 
 
 VERSIONS = {1: launch_v1, 2: launch_v2}
-DEFAULT = 2
+DEFAULT = 1
 BLOCKS = {1: (64, 256, 1024), 2: (64, 256, 1024)}  # tested configs
 
 

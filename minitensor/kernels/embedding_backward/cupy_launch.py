@@ -1,7 +1,8 @@
 """Embedding backward on the GPU: grid/block arithmetic and launch of cuda.cu (§3.4).
 
 v1: atomicAdd, one thread per (token, column) (block = threads per block)
-v2: sort ids, then one block row per run of equal ids (block = threads over columns)
+v2: sort ids, then one block row per run of equal ids (block = threads over columns); bitwise
+    reproducible but ~4.5x slower than v1 on an H100 (25000 x 512 into 37000 rows): DEFAULT 1
 
 Shapes: N = tokens (B*T), D = d_model, num_embeddings = table rows (V).
 dweight comes back in dout's dtype.
@@ -68,7 +69,7 @@ def launch_v2(dout, ids, num_embeddings, block=128):
 
 
 VERSIONS = {1: launch_v1, 2: launch_v2}
-DEFAULT = 2
+DEFAULT = 1
 BLOCKS = {1: (64, 256, 1024), 2: (32, 128, 512)}  # tested configs
 
 

@@ -1,0 +1,234 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+# ---
+
+# %% [markdown]
+# # 06 · Multi-head attention
+#
+# > "Instead of performing a single attention function with d_model-dimensional
+# > keys, values and queries, we found it beneficial to linearly project the
+# > queries, keys and values h times with different, learned linear projections
+# > to d_k, d_k and d_v dimensions, respectively." (§3.2.2)
+# >
+# > MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,
+# > where head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)            (§3.2.2)
+# >
+# > "In this work we employ h = 8 parallel attention layers, or heads. For each
+# > of these we use d_k = d_v = d_model/h = 64. Due to the reduced dimension of
+# > each head, the total computational cost is similar to that of single-head
+# > attention with full dimensionality." (§3.2.2)
+#
+# One attention averages with one set of weights per query. Several heads can
+# look at several places at once (one at the previous word, one at the
+# subject, ...). We build multi-head attention as the paper writes it, a loop
+# over heads with their own projection matrices, and check that the library's
+# batched version, which keeps all h projections in one matrix and the heads
+# as a batch axis, computes the same thing.
+#
+# Shapes: B batch, T positions, D = d_model, H heads, K = d_k = d_v.
+
+# %%
+import math
+import sys
+
+import numpy as np
+
+import minitensor as mt
+from transformer.attention import MultiHeadAttention
+
+FAST = "--fast" in sys.argv
+CHECK_SOLUTIONS = "--check-solutions" in sys.argv
+rng = np.random.default_rng(0)
+
+# %% [markdown]
+# ## 1. The library module and its weights
+#
+# `MultiHeadAttention` has four `Linear` layers: `w_q`, `w_k`, `w_v` map D to
+# H·K, `w_o` maps H·K back to D. The paper's per-head W_i^Q (D × K) is the
+# i-th block of K columns of `w_q.weight`. (Our Linear layers also have biases;
+# the paper's formula has none, and the reference implementations keep them.)
+
+# %%
+B, T, D, H = 2, 5, 16, 4
+K = D // H                                                          # §3.2.2: d_k = d_v = d_model / h
+mha = MultiHeadAttention(d_model=D, h=H, d_k=K, d_v=K, rng=rng)
+for name, p in mha.named_parameters():
+    print(f"{name:14s} {p.shape}")
+x = rng.standard_normal((B, T, D)).astype(np.float32)               # (B, T, D)
+out_lib, weights_lib = mha(mt.tensor(x))                            # self-attention: Q = K = V = x
+print("output", out_lib.shape, "weights", weights_lib.shape)
+
+# %% CHECK
+assert out_lib.shape == (B, T, D), "multi-head attention maps d_model back to d_model"
+assert weights_lib.shape == (B, H, T, T), "one (T, T) weight matrix per head and sentence"
+assert mha.num_parameters() == 4 * (D * D + D), "4 projections of D×D plus biases, whatever h is"
+
+# %% [markdown]
+# ## 2. The paper's formula, one head at a time
+#
+# For each head, slice its projection matrices out of the big ones, run Eq. (1)
+# (chapter 05), and concatenate the h outputs along the feature axis before
+# the output projection W^O.
+
+# %%
+def attention(q, k, v):
+    s = q @ k.swapaxes(-1, -2) / math.sqrt(q.shape[-1])             # (B, Tq, Tk)
+    w = np.exp(s - s.max(-1, keepdims=True))
+    w /= w.sum(-1, keepdims=True)
+    return w @ v, w                                                 # (B, Tq, K), (B, Tq, Tk)
+
+
+def multi_head_loop(query, memory, mha):
+    """§3.2.2 literally: h separate heads, Concat, W^O. query (B, Tq, D), memory (B, Tk, D)."""
+    p = {name: t.numpy().astype(np.float64) for name, t in mha.named_parameters()}
+    heads, maps = [], []
+    for i in range(mha.h):
+        cols = slice(i * mha.d_k, (i + 1) * mha.d_k)                # head i's block of columns
+        q_i = query @ p["w_q.weight"][:, cols] + p["w_q.bias"][cols]      # Q W_i^Q, (B, Tq, K)
+        k_i = memory @ p["w_k.weight"][:, cols] + p["w_k.bias"][cols]     # K W_i^K, (B, Tk, K)
+        v_i = memory @ p["w_v.weight"][:, cols] + p["w_v.bias"][cols]     # V W_i^V, (B, Tk, K)
+        head, w = attention(q_i, k_i, v_i)
+        heads.append(head)
+        maps.append(w)
+    concat = np.concatenate(heads, axis=-1)                         # Concat(head_1..head_h), (B, Tq, H·K)
+    return concat @ p["w_o.weight"] + p["w_o.bias"], np.stack(maps, axis=1)   # (B, Tq, D), (B, H, Tq, Tk)
+
+
+out_loop, weights_loop = multi_head_loop(x.astype(np.float64), x.astype(np.float64), mha)
+
+# %% CHECK
+mt.assert_close(out_lib, out_loop.astype(np.float32), name="batched heads vs per-head loop", atol=1e-5)
+mt.assert_close(weights_lib, weights_loop.astype(np.float32), name="per-head attention weights", atol=1e-6)
+assert not np.allclose(weights_loop[:, 0], weights_loop[:, 1], atol=1e-3), "different heads attend differently"
+
+# %% [markdown]
+# ## 3. Encoder-decoder attention: queries from one sequence, keys and values from another
+#
+# > "In "encoder-decoder attention" layers, the queries come from the previous
+# > decoder layer, and the memory keys and values come from the output of the
+# > encoder." (§3.2.3)
+#
+# Nothing changes in the module but its second argument: the weights become
+# (B, H, T, S), one row per target position over the S source positions.
+
+# %%
+S = 7
+memory = rng.standard_normal((B, S, D)).astype(np.float32)          # (B, S, D) encoder output
+out_x, weights_x = mha(mt.tensor(x), mt.tensor(memory))
+out_x_loop, _ = multi_head_loop(x.astype(np.float64), memory.astype(np.float64), mha)
+
+# %% CHECK
+assert weights_x.shape == (B, H, T, S), weights_x.shape
+mt.assert_close(out_x, out_x_loop.astype(np.float32), name="encoder-decoder attention", atol=1e-5)
+
+# %% [markdown]
+# ## 4. Attention alone does not know about order
+#
+# Self-attention treats its input as a *set*: permute the positions and the
+# outputs are permuted the same way, nothing else changes. That is why the
+# model adds positional encodings (§3.5, next chapter) to its inputs.
+
+# %%
+perm = rng.permutation(T)
+out_perm, _ = mha(mt.tensor(x[:, perm]))
+
+# %% CHECK
+mt.assert_close(out_perm, out_lib.numpy()[:, perm], name="permutation equivariance", atol=1e-5)
+
+# %% [markdown]
+# ## 5. The cost is that of one big head
+#
+# With d_k = D/h, the projections cost the same for any h, and the score
+# matmuls do h products of size (T, D/h)·(D/h, T), the same T²·D multiply-adds
+# as one head of full width. We count them for the base model (D = 512).
+
+# %%
+def attention_flops(T, D, h):
+    K = D // h
+    projections = 4 * T * D * (h * K)                               # Q, K, V and output projections
+    scores_and_mix = 2 * h * T * T * K                              # QKᵀ and W V, per head
+    return projections + scores_and_mix
+
+
+costs = {h: attention_flops(T=50, D=512, h=h) for h in (1, 2, 4, 8, 16, 32)}
+print({h: f"{c / 1e6:.2f} M" for h, c in costs.items()})
+
+# %% CHECK
+assert len(set(costs.values())) == 1, "§3.2.2: total cost independent of h when d_k = d_model/h"
+
+# %% [markdown]
+# ## Summary
+# - Multi-head attention = h attentions on learned D→D/h projections, concatenated, then W^O.
+# - The library stores the h projections as one (D, H·K) matrix and runs heads as a batch axis: same numbers, no loop.
+# - Attention is permutation-equivariant; order has to come from positional encodings.
+#
+# ## Exercises
+# 1. **Predict, then run.** How many parameters does `MultiHeadAttention(512, h, 512 // h, 512 // h)` have for
+#    h = 1, 8 and 16? Table 3 row (A) varies h at fixed cost: does the parameter count change?
+# 2. Write `split_heads(x, h)`: (B, T, D) -> (B, h, T, D/h) with head i holding features i·D/h ... (i+1)·D/h − 1,
+#    and `merge_heads(x)`, its inverse. `check_split_merge(split, merge)` tests both.
+# 3. Write `multi_head_self_attention(x, wq, wk, wv, wo, h)` in NumPy without a loop over heads
+#    (weights (D, D), no biases). `check_mhsa(fn)` compares it with the per-head formula.
+
+# %%
+def check_split_merge(split_heads, merge_heads) -> None:
+    """Exercise 2: layout must match the library's w_q column blocks."""
+    xc = np.arange(2 * 3 * 12, dtype=np.float64).reshape(2, 3, 12)
+    heads = np.asarray(split_heads(xc, 4))
+    assert heads.shape == (2, 4, 3, 3), f"split_heads shape {heads.shape}"
+    assert np.array_equal(heads[1, 2, 0], xc[1, 0, 6:9]), "head 2 must hold features 6..8"
+    assert np.array_equal(np.asarray(merge_heads(heads)), xc), "merge_heads(split_heads(x)) must be x"
+
+
+def check_mhsa(multi_head_self_attention) -> None:
+    """Exercise 3: against the per-head loop (zero biases)."""
+    check_rng = np.random.default_rng(13)
+    Dc, hc = 12, 3
+    m = MultiHeadAttention(d_model=Dc, h=hc, d_k=Dc // hc, d_v=Dc // hc, rng=check_rng)
+    xc = check_rng.standard_normal((2, 4, Dc))
+    ref, _ = multi_head_loop(xc, xc, m)
+    w = {name: t.numpy().astype(np.float64) for name, t in m.named_parameters()}
+    assert all(np.all(w[f"{n}.bias"] == 0) for n in ("w_q", "w_k", "w_v", "w_o")), "biases start at zero"
+    got = multi_head_self_attention(xc, w["w_q.weight"], w["w_k.weight"], w["w_v.weight"], w["w_o.weight"], hc)
+    mt.assert_close(np.asarray(got), ref, name="multi-head self-attention", atol=1e-9)
+
+
+# %% CHECK the checks: a wrong answer must fail them
+def _fails(check, *wrong) -> bool:
+    try:
+        check(*wrong)
+    except (AssertionError, ValueError):
+        return True
+    return False
+
+
+def _split_wrong(x, h):                                             # heads interleaved, not blocks
+    B_, T_, D_ = x.shape
+    return x.reshape(B_, T_, D_ // h, h).transpose(0, 3, 1, 2)
+
+
+def _merge_wrong(x):
+    B_, h_, T_, K_ = x.shape
+    return x.transpose(0, 2, 3, 1).reshape(B_, T_, h_ * K_)
+
+
+def _one_head(x, wq, wk, wv, wo, h):                                # ignores h
+    return attention(x @ wq, x @ wk, x @ wv)[0] @ wo
+
+
+assert _fails(check_split_merge, _split_wrong, _merge_wrong), "check_split_merge accepted interleaved heads"
+assert _fails(check_mhsa, _one_head), "check_mhsa accepted single-head attention"
+
+# %%
+if CHECK_SOLUTIONS:
+    import importlib
+    solutions = importlib.import_module("solutions.06_multi_head_attention")
+    check_split_merge(solutions.split_heads, solutions.merge_heads)
+    check_mhsa(solutions.multi_head_self_attention)
+    print("solutions OK")
+print("chapter 06 OK")

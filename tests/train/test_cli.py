@@ -1,0 +1,171 @@
+"""`python -m train` as a user runs it: --help everywhere, one-line errors with file and line, exit codes."""
+
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from train.__main__ import build_parser
+from transformer.config import TransformerConfig
+from transformer.model import Transformer
+from transformer.model_io import save_model
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMANDS = ["demo", "fit", "translate", "evaluate", "average", "plot", "doctor"]
+
+
+def run_cli(*args: str, stdin: bytes = b"", cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "train", *args], input=stdin, capture_output=True,
+                          cwd=cwd, env=env, timeout=120)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> str:
+    stderr = result.stderr.decode()
+    assert result.returncode == 2, stderr
+    lines = [line for line in stderr.splitlines() if line.strip() and not line.startswith("warning: ")]
+    assert len(lines) == 1 and lines[0].startswith("error: "), stderr
+    for fragment in fragments:
+        assert fragment in lines[0], f"{fragment!r} not in {lines[0]!r}"
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+def test_every_command_has_help():
+    parser = build_parser()
+    subcommands = parser._subparsers._group_actions[0].choices  # argparse keeps them here
+    assert sorted(subcommands) == sorted(COMMANDS)
+    for command in [None, *COMMANDS]:
+        result = run_cli(*([command] if command else []), "--help")
+        assert result.returncode == 0, result.stderr.decode()
+        assert "usage: python -m train" in result.stdout.decode()
+
+
+@pytest.fixture
+def texts(tmp_path):
+    def write(name: str, content: bytes) -> Path:
+        path = tmp_path / name
+        path.write_bytes(content)
+        return path
+    return write
+
+
+def test_evaluate_mismatched_line_counts(texts):
+    src, ref = texts("a.en", b"one\ntwo\nthree\n"), texts("a.de", b"eins\nzwei\n")
+    result = run_cli("evaluate", "--ckpt", "none.safetensors", "--src", str(src), "--ref", str(ref))
+    assert_one_line_error(result, f"{src} has 3 lines", f"{ref} has 2")
+
+
+def test_evaluate_empty_file(texts):
+    src, ref = texts("e.en", b""), texts("e.de", b"eins\n")
+    assert_one_line_error(run_cli("evaluate", "--ckpt", "x", "--src", str(src), "--ref", str(ref)),
+                          f"{src}: empty file")
+
+
+def test_evaluate_non_utf8_names_file_and_line(texts):
+    src, ref = texts("b.en", b"fine\nbad \xff byte\n"), texts("b.de", b"gut\nschlecht\n")
+    assert_one_line_error(run_cli("evaluate", "--ckpt", "x", "--src", str(src), "--ref", str(ref)),
+                          f"{src}:2: not valid UTF-8")
+
+
+def test_translate_non_utf8_and_empty_stdin():
+    assert_one_line_error(run_cli("translate", "--ckpt", "x", stdin=b"ok\n\xfe\n"), "<stdin>:2: not valid UTF-8")
+    assert_one_line_error(run_cli("translate", "--ckpt", "x", stdin=b""), "<stdin>: empty input")
+
+
+def test_fit_unknown_config_key_names_file_line_and_suggestion(texts):
+    config = texts("bad.toml", b'name = "x"\n[model]\nd_modle = 64\n')
+    line = assert_one_line_error(run_cli("fit", "--config", str(config)), f"{config}:3", "'model.d_modle'",
+                                 "did you mean 'model.d_model'")
+    assert line.startswith("error: ")
+    assert_one_line_error(run_cli("fit", "--config", str(ROOT / "configs" / "demo.toml"), "--set", "train.max_tokns=9"),
+                          "'train.max_tokns'", "did you mean 'train.max_tokens'")
+
+
+def test_fit_training_files_mismatch_and_non_utf8(texts, tmp_path):
+    src, tgt = texts("t.en", b"a b\nc d\ne f\n"), texts("t.de", b"a b\nc d\n")
+    config = texts("files.toml", f'name = "f"\n[task]\nkind = "files"\ntrain_src = "{src}"\ntrain_tgt = "{tgt}"\n'
+                                 f'valid_src = "{src}"\nvalid_tgt = "{src}"\n[tokenizer]\nvocab_size = 20\n'.encode())
+    assert_one_line_error(run_cli("fit", "--config", str(config), "--run-dir", str(tmp_path / "r1")),
+                          f"{src} has 3 lines", f"{tgt} has 2")
+    bad = texts("u.de", b"a b\n\xc3\x28 d\ne f\n")  # same run dir: it never got to a checkpoint
+    assert_one_line_error(run_cli("fit", "--config", str(config), "--run-dir", str(tmp_path / "r1"),
+                                  "--set", f'task.train_tgt="{bad}"'), f"{bad}:2: not valid UTF-8")
+
+
+def test_fit_placeholder_paths_are_explained(tmp_path):
+    result = run_cli("fit", "--config", str(ROOT / "configs" / "wmt14_en_de_base.toml"), "--backend", "numpy",
+                     "--run-dir", str(tmp_path / "wmt"))
+    assert_one_line_error(result, "task.train_src and task.train_tgt must be set")
+
+
+def test_fit_never_overwrites_an_existing_directory(tmp_path):
+    run_dir = tmp_path / "mine"
+    run_dir.mkdir()
+    (run_dir / "important.txt").write_text("keep me")
+    result = run_cli("fit", "--config", str(ROOT / "configs" / "demo.toml"), "--run-dir", str(run_dir))
+    assert_one_line_error(result, str(run_dir), "--force")
+    assert sorted(p.name for p in run_dir.iterdir()) == ["important.txt"]
+    assert (run_dir / "important.txt").read_text() == "keep me"
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A checkpoint for a 50-word vocabulary, and tokenizers with 50 and with another size."""
+    from train.tokenizer import Tokenizer
+
+    folder = tmp_path_factory.mktemp("ckpt")
+    words = " ".join(f"w{i}" for i in range(200))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        other = Tokenizer.train([words] * 5, folder / "other", vocab_size=40)
+    config = TransformerConfig.tiny(vocab_size=other.vocab_size + 10, N=1, d_model=16, d_ff=16, h=2)
+    path = folder / "ckpt_00000001.safetensors"
+    save_model(path, Transformer(config, np.random.default_rng(0)), config)
+    return path, other.model_path
+
+
+def test_checkpoint_and_tokenizer_vocabulary_mismatch(checkpoint):
+    path, tokenizer = checkpoint
+    result = run_cli("translate", "--ckpt", str(path), "--tokenizer", str(tokenizer), stdin=b"w1 w2\n")
+    assert_one_line_error(result, str(path), "vocabulary of", str(tokenizer))
+
+
+def test_missing_checkpoint_and_tokenizer(checkpoint, tmp_path):
+    path, _ = checkpoint
+    assert_one_line_error(run_cli("translate", "--ckpt", str(tmp_path / "nope.safetensors"), stdin=b"hi\n"),
+                          "nope.safetensors: checkpoint not found")
+    assert_one_line_error(run_cli("translate", "--ckpt", str(path), stdin=b"hi\n"),
+                          "tokenizer.model: tokenizer not found")
+
+
+def test_corrupt_checkpoint_is_a_one_line_error(checkpoint, tmp_path):
+    path, tokenizer = checkpoint
+    broken = tmp_path / "broken.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0xFF  # flip a byte in the last tensor
+    broken.write_bytes(bytes(data))
+    result = run_cli("translate", "--ckpt", str(broken), "--tokenizer", str(tokenizer), stdin=b"w1\n")
+    assert_one_line_error(result, "broken.safetensors", "sha256")
+
+
+def test_debug_shows_traceback(texts):
+    src, ref = texts("d.en", b"one\n"), texts("d.de", b"")
+    result = run_cli("--debug", "evaluate", "--ckpt", "x", "--src", str(src), "--ref", str(ref))
+    assert result.returncode != 0 and "Traceback" in result.stderr.decode()
+
+
+def test_average_and_plot_errors(tmp_path):
+    assert_one_line_error(run_cli("average", "--last", "5", str(tmp_path)), "has 0 checkpoints")
+    assert_one_line_error(run_cli("plot", str(tmp_path)), "no metrics.jsonl")
+
+
+def test_doctor_reports_backends():
+    result = run_cli("doctor")
+    assert result.returncode == 0
+    out = result.stdout.decode()
+    assert "NumPy" in out and "numpy  ok" in out and "cupy" in out

@@ -1,0 +1,71 @@
+"""The demo (`python -m train`) end to end, shrunk to seconds: data, tokenizer, training, decoding, plots."""
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from train.metrics import read_metrics
+from transformer.checkpoint import list_checkpoints
+
+ROOT = Path(__file__).resolve().parents[2]
+SHRINK = ["task.n_train=1500", "task.n_valid=40", "task.n_test=40", "tokenizer.vocab_size=200",
+          "model.N=1", "model.d_model=32", "model.d_ff=64", "train.max_steps=40", "train.max_tokens=1024",
+          "train.warmup_steps=20", "train.log_every=10", "train.valid_every=20",
+          "train.valid_bleu_sentences=10", "train.ckpt_every=10", "train.keep_last=3", "train.average_last=2"]
+
+
+def test_shrunken_demo_end_to_end(tmp_path):
+    run_dir = tmp_path / "demo"
+    args = ["demo", "--run-dir", str(run_dir), "--no-progress"]
+    for item in SHRINK:
+        args += ["--set", item]
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "train", *args], capture_output=True, cwd=tmp_path,
+                            env=env, timeout=120)
+    seconds = time.perf_counter() - start
+    out = result.stdout.decode()
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    assert seconds < 60, f"the shrunken demo took {seconds:.0f} s"
+
+    assert re.search(r"test BLEU\s+\d+\.\d\d \(sacreBLEU\), exact match", out), out[-1500:]
+    assert "nrefs:1|case:mixed" in out  # the sacreBLEU signature is printed
+    assert "=>" in out  # example translations
+    train = read_metrics(run_dir / "metrics.jsonl", "train")
+    assert [r["step"] for r in train] == [10, 20, 30, 40]
+    assert train[-1]["loss"] < train[0]["loss"]  # it learns something even in 40 steps
+    assert len(read_metrics(run_dir / "metrics.jsonl", "valid")) == 2  # step 20 and the end
+    assert [p.name for p in list_checkpoints(run_dir)] == [
+        "ckpt_00000020.safetensors", "ckpt_00000030.safetensors", "ckpt_00000040.safetensors"]
+    plots = {p.name for p in (run_dir / "plots").iterdir()}
+    assert {"loss.png", "perplexity.png", "lr.png", "bleu.png", "tokens_per_s.png", "attention.png"} <= plots
+    assert all((run_dir / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for name in plots)
+    hyps = (run_dir / "test.hyp").read_text(encoding="utf-8").splitlines()
+    assert len(hyps) == 40
+
+    # The other commands on the demo's run: translate, evaluate, average, plot.
+    def cli(*more: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
+        done = subprocess.run([sys.executable, "-m", "train", *more], input=stdin, capture_output=True,
+                              cwd=tmp_path, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr.decode()[-2000:]
+        return done
+
+    last = list_checkpoints(run_dir)[-1]
+    lines = ["there are two red apples on the table", "", "one big ball is in the box"]
+    translated = cli("translate", "--ckpt", str(last), "--beam", "2", stdin="\n".join(lines).encode() + b"\n")
+    outputs = translated.stdout.decode().split("\n")[:-1]
+    assert len(outputs) == 3 and outputs[1] == ""  # one line out per line in, empty stays empty
+    averaged = tmp_path / "avg.safetensors"
+    cli("average", "--last", "2", str(run_dir), "--out", str(averaged))
+    scored = cli("evaluate", "--ckpt", str(averaged), "--tokenizer", str(run_dir / "tokenizer.model"),
+                 "--src", str(run_dir / "data" / "test.en"), "--ref", str(run_dir / "data" / "test.de"))
+    report = scored.stdout.decode()
+    assert "sentences   40" in report and "nrefs:1|case:mixed|eff:no|tok:13a" in report
+    assert "chrF" in report and "paper BLEU" in report
+    (run_dir / "plots" / "attention.png").unlink()
+    plotted = cli("plot", str(run_dir), "--sentence", "there are two red apples on the table").stdout.decode()
+    assert "loss.png" in plotted and "attention.png" in plotted
+    assert (run_dir / "plots" / "attention.png").is_file()

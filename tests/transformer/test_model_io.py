@@ -1,0 +1,86 @@
+"""transformer/model_io.py: whole-model checkpoints (parameters, config, Adam state) and their errors."""
+import numpy as np
+import pytest
+
+import minitensor as mt
+from minitensor.optim import Adam
+from transformer import LabelSmoothingLoss
+from transformer.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from transformer.model_io import load_model, load_optimizer_state, save_model
+from transformer_helpers import random_ids, small_model
+
+
+@pytest.fixture
+def trained(tmp_path):
+    """A small model after one Adam step, saved with its optimizer."""
+    model = small_model(backend="numpy", tie_embeddings=False)
+    optimizer = Adam(model.named_parameters(), lr=1e-2)
+    rng = np.random.default_rng(0)
+    src, tgt = random_ids(rng, 2, 4, 11), random_ids(rng, 2, 4, 11)
+    LabelSmoothingLoss(0.1, 0)(model(src, tgt), tgt).loss.backward()
+    optimizer.step()
+    path = tmp_path / "model.safetensors"
+    save_model(path, model, model.config, optimizer, metadata={"step": 1, "note": "test"})
+    return model, optimizer, path, (src, tgt)
+
+
+def test_round_trip_gives_the_same_model(trained):
+    model, _, path, (src, tgt) = trained
+    loaded, config, metadata = load_model(path, backend="numpy")
+    assert config == model.config and metadata["step"] == 1 and metadata["note"] == "test"
+    assert metadata["config"] == model.config.to_dict()
+    for name, value in model.state_dict().items():
+        np.testing.assert_array_equal(loaded.state_dict()[name], value, err_msg=name)
+    model.eval()
+    mt.assert_close(loaded(src, tgt), model(src, tgt).numpy(), "logits after reload")
+
+
+def test_names_in_the_file(trained):
+    _, _, path, _ = trained
+    tensors, _ = load_checkpoint(path)
+    assert tensors["encoder.layers.0.self_attn.w_q.weight"].shape == (8, 8)
+    assert "optimizer.m.encoder.layers.0.self_attn.w_q.weight" in tensors
+    assert "optimizer.v.embeddings.generator.weight" in tensors
+    assert int(tensors["optimizer.step"]) == 1
+
+
+def test_optimizer_state_round_trip(trained):
+    model, optimizer, path, _ = trained
+    fresh = Adam(small_model(backend="numpy", tie_embeddings=False).named_parameters(), lr=1e-2)
+    load_optimizer_state(path, fresh)
+    assert fresh.step_count == 1
+    for a, b in zip(optimizer.m + optimizer.v, fresh.m + fresh.v):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_mis_shaped_tensor_names_file_and_tensor(trained, tmp_path):
+    _, _, path, _ = trained
+    tensors, metadata = load_checkpoint(path)
+    tensors["decoder.layers.1.feed_forward.w_1.weight"] = np.zeros((8, 15), dtype=np.float32)
+    bad = tmp_path / "bad.safetensors"
+    save_checkpoint(bad, tensors, metadata)
+    with pytest.raises(CheckpointError, match=r"bad\.safetensors.*'decoder\.layers\.1\.feed_forward\.w_1\.weight'"):
+        load_model(bad, backend="numpy")
+
+
+def test_wrong_vocabulary_names_file_and_tensor(trained, tmp_path):
+    _, _, path, _ = trained
+    with pytest.raises(CheckpointError, match=r"model\.safetensors.*'embeddings\.src\.weight'.*11.*20"):
+        load_model(path, backend="numpy", vocab_size=20)
+    tensors, metadata = load_checkpoint(path)                  # config says 20 tokens, tensors hold 11
+    metadata["config"]["vocab_size"] = 20
+    other = tmp_path / "other.safetensors"
+    save_checkpoint(other, tensors, metadata)
+    with pytest.raises(CheckpointError, match=r"other\.safetensors.*'embeddings\.(src|tgt)\.weight'"):
+        load_model(other, backend="numpy")
+
+
+def test_missing_config_or_optimizer_state_is_an_error(tmp_path):
+    model = small_model(backend="numpy")
+    path = tmp_path / "bare.safetensors"
+    save_checkpoint(path, model.state_dict(), {"step": 3})
+    with pytest.raises(CheckpointError, match="bare.safetensors.*config"):
+        load_model(path)
+    save_model(path, model, model.config)
+    with pytest.raises(CheckpointError, match="no optimizer state"):
+        load_optimizer_state(path, Adam(model.named_parameters()))

@@ -1,0 +1,151 @@
+"""transformer/search.py: greedy decoding and beam search with the GNMT length penalty (§6.1)."""
+import itertools
+
+import numpy as np
+import pytest
+
+from transformer.search import beam_search, greedy_decode, length_penalty
+from transformer_helpers import random_ids, small_model
+
+BOS, EOS, A, B = 2, 3, 4, 5
+
+
+class StubConfig:
+    pad_id, unk_id, bos_id, eos_id, max_len = 0, 1, BOS, EOS, 1000
+
+
+class StubCache:
+    """The generated tokens of each row; reorder() copies rows as the real cache does."""
+
+    def __init__(self, prefixes, started=False):
+        self.prefixes, self.started = prefixes, started
+
+    def reorder(self, rows):
+        return StubCache([self.prefixes[r] for r in rows], self.started)
+
+
+class TreeModel:
+    """A 'model' whose next-token distribution is a known function of the prefix: probs(prefix) -> {token: p}.
+
+    V = 6: pad, unk, bos get (almost) nothing; EOS, A and B share the mass.
+    """
+
+    config = StubConfig()
+
+    def __init__(self, probs):
+        self.probs, self.steps = probs, 0
+
+    def encode(self, src_ids):
+        return None
+
+    def init_cache(self, src_ids, memory, beam):
+        return StubCache([() for _ in range(len(src_ids) * beam)])
+
+    def decode_step(self, cache, tokens):
+        self.steps += 1
+        if cache.started:
+            cache.prefixes = [p + (int(t),) for p, t in zip(cache.prefixes, tokens)]
+        cache.started = True
+        return np.stack([self.log_probs(p) for p in cache.prefixes])
+
+    def log_probs(self, prefix):
+        logp = np.full(6, -60.0)
+        for token, p in self.probs(prefix).items():
+            logp[token] = np.log(p)
+        return logp
+
+    def sequence_log_prob(self, tokens):
+        return sum(self.log_probs(tuple(tokens[:i]))[t] for i, t in enumerate(tokens))
+
+
+def brute_force_best(model, max_length, alpha):
+    """Every hypothesis over {A, B} of at most max_length tokens (EOS included; cut ones end without EOS)."""
+    best, best_score = None, -np.inf
+    for n in range(max_length):
+        for body in itertools.product([A, B], repeat=n):
+            for tokens in ([*body, EOS], [*body, A], [*body, B]) if n == max_length - 1 else ([*body, EOS],):
+                score = model.sequence_log_prob(tokens) / length_penalty(len(tokens), alpha)
+                if score > best_score:
+                    best, best_score = [t for t in tokens if t != EOS], score
+    return best
+
+
+def table(entries, default):
+    return lambda prefix: entries.get(prefix, default)
+
+
+def test_length_penalty_formula():
+    assert length_penalty(1, 0.6) == pytest.approx(1.0)
+    assert length_penalty(7, 0.6) == pytest.approx(2.0 ** 0.6)     # ((5 + 7) / 6)^α
+    assert length_penalty(10, 0.0) == 1.0
+
+
+def test_beam_finds_what_greedy_misses():
+    # greedy takes A (0.6) and then EOS: P = 0.24; beam 4 finds B EOS: P = 0.38
+    probs = table({(): {A: 0.6, B: 0.4}, (A,): {EOS: 0.4, A: 0.3, B: 0.3}, (B,): {EOS: 0.95, A: 0.025, B: 0.025}},
+                  {EOS: 0.9, A: 0.05, B: 0.05})
+    src = np.array([[7]])
+    assert greedy_decode(TreeModel(probs), src) == [[A]]
+    assert beam_search(TreeModel(probs), src, beam=4) == [[B]]
+
+
+def test_length_penalty_changes_the_winner():
+    # [] has P = 0.5 (what greedy returns); [A, A] has P = 0.451 but a better score with α = 0.6:
+    # log 0.5 / lp(1) = -0.693 < log 0.451 / lp(3) = -0.669
+    probs = table({(): {EOS: 0.5, A: 0.48, B: 0.02}, (A,): {A: 0.95, EOS: 0.04, B: 0.01}}, {EOS: 0.99, A: 0.005, B: 0.005})
+    src = np.array([[7]])
+    assert greedy_decode(TreeModel(probs), src) == [[]]
+    assert beam_search(TreeModel(probs), src, beam=4, alpha=0.6) == [[A, A]]
+    assert beam_search(TreeModel(probs), src, beam=4, alpha=0.0) == [[]]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_wide_beam_is_exact_search_under_the_length_penalty(seed):
+    rng = np.random.default_rng(seed)
+    cache = {}
+
+    def probs(prefix):
+        if prefix not in cache:
+            p = rng.dirichlet([1.0, 1.0, 1.0])
+            cache[prefix] = {EOS: p[0], A: p[1], B: p[2]}
+        return cache[prefix]
+
+    model = TreeModel(probs)
+    src = np.array([[7]])                                  # max output length 1 + 2 = 3
+    # beam 6 keeps every prefix over {A, B} up to length 2 with all their continuations ranked < 6: exhaustive
+    best = brute_force_best(model, 3, 0.6)
+    assert beam_search(model, src, beam=6, alpha=0.6, max_len_b=2) == [best]
+    if seed == 0:
+        assert greedy_decode(model, src, max_len_b=2) != [best], "this tree should defeat greedy search"
+
+
+def test_search_stops_early_when_no_live_hypothesis_can_win():
+    probs = table({(): {EOS: 0.99, A: 0.005, B: 0.005}}, {EOS: 0.5, A: 0.25, B: 0.25})
+    model = TreeModel(probs)
+    assert beam_search(model, np.array([[7]]), beam=4, max_len_b=50) == [[]]
+    assert model.steps == 1, "log(0.005)/lp(51) cannot beat log(0.99): stop after one step"
+
+
+def test_max_output_length_is_source_length_plus_max_len_b():
+    never_ends = table({}, {EOS: 0.001, A: 0.599, B: 0.4})
+    src = np.array([[7, 7, 7], [7, 0, 0]])                # 3 and 1 real source tokens
+    assert [len(y) for y in greedy_decode(TreeModel(never_ends), src, max_len_b=4)] == [7, 5]
+    assert [len(y) for y in beam_search(TreeModel(never_ends), src, beam=3, max_len_b=4)] == [7, 5]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_beam_one_equals_greedy_on_a_real_model(seed):
+    model = small_model(backend="numpy", seed=seed, vocab_size=9)
+    src = random_ids(np.random.default_rng(seed), 4, 5, 9, lengths=[5, 3, 4, 1])
+    model.train()
+    assert beam_search(model, src, beam=1, max_len_b=6) == greedy_decode(model, src, max_len_b=6)
+    assert model.training, "search restores the training flag"
+
+
+def test_batched_beam_search_equals_one_sentence_at_a_time(backend):
+    model = small_model(backend=backend, seed=5, vocab_size=9)
+    src = random_ids(np.random.default_rng(5), 3, 5, 9, lengths=[5, 2, 4])
+    batched = beam_search(model, src, beam=3, max_len_b=5)
+    single = [beam_search(model, src[i:i + 1, :n], beam=3, max_len_b=5)[0] for i, n in enumerate([5, 2, 4])]
+    assert batched == single
+    assert all(BOS not in y and EOS not in y and 0 not in y for y in batched)
