@@ -11,7 +11,9 @@
 
 Problems with your input (files, configs, checkpoints) print one line,
 `error: <file>:<line>: what is wrong`, and exit with status 2; `--debug`
-shows the full traceback instead.
+shows the full traceback instead. A run that diverges (non-finite loss or
+gradient) exits with status 3; SIGINT/SIGTERM stop `fit` after the current
+update with a checkpoint and status 0 (run the same command to resume).
 """
 
 import argparse
@@ -100,6 +102,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     doctor = commands.add_parser("doctor", help="versions, devices, and which backends work here")
     _add_debug(doctor)
+
+    bench = commands.add_parser("bench", help="time one training step, and the PyTorch peer in the same run")
+    bench.add_argument("--preset", choices=["cpu", "base"], default=None,
+                       help="cpu: d_model 256, 3+3 layers, 64×32 tokens; base: Table 3 base, 250×100 tokens "
+                            "(default: base on cuda, cpu otherwise)")
+    bench.add_argument("--device", default="cpu", help="cpu (Numba), numpy (reference) or cuda")
+    bench.add_argument("--precision", choices=["fp32", "fp16"], default="fp32",
+                       help="fp16 = mixed precision with loss scaling (cuda); the peer then uses bf16 autocast")
+    bench.add_argument("--steps", type=int, default=5, help="timed steps (default 5)")
+    bench.add_argument("--warmup", type=int, default=2, help="untimed steps after the first (default 2)")
+    bench.add_argument("--batch", type=int, default=None, help="sentences per batch (default: the preset's)")
+    bench.add_argument("--no-peer", action="store_true", help="do not run the PyTorch peer")
+    bench.add_argument("--json", action="store_true", help="print one JSON object (step_ms, tgt_tok_s, "
+                                                            "peak_mem_bytes, peer_step_ms, ratio, ...)")
+    _add_debug(bench)
     return parser
 
 
@@ -136,6 +153,14 @@ def _dispatch(args) -> int:
             config_path=DEMO_CONFIG)
     if args.command == "fit":
         return commands.fit(args)
+    if args.command == "bench":
+        from train import bench
+
+        cuda = args.device in ("cuda", "cupy", "gpu")
+        bench.run(args.preset or ("base" if cuda else "cpu"), device=args.device, precision=args.precision,
+                  steps=args.steps, warmup=args.warmup, peer=not args.no_peer, batch=args.batch,
+                  as_json=args.json)
+        return 0
     if args.command == "translate":
         return commands.translate(args)
     if args.command == "evaluate":

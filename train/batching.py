@@ -56,7 +56,7 @@ def make_batches(src_lengths: Sequence[int] | np.ndarray, tgt_lengths: Sequence[
         raise InputError(
             f"sentence pair {longest} has {src[longest]} source and {tgt[longest]} target tokens, "
             f"more than max_tokens={max_tokens} on its own; drop long pairs with "
-            f"--set max_len=... or raise max_tokens")
+            f"--set task.max_len=... or raise max_tokens")
 
     shuffled = np.random.default_rng(seed).permutation(len(src))
     longer = np.maximum(src, tgt)

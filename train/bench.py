@@ -24,13 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
-import minitensor as mt
 from minitensor import functions as F
 from minitensor import optim
 from transformer.config import TransformerConfig
 from transformer.loss import LabelSmoothingLoss
 from transformer.model import Transformer
 
+from .errors import InputError
 from .loss_scaler import DynamicLossScaler
 from .metrics import mfu, peak_tflops, train_flops
 
@@ -49,8 +49,9 @@ class OpProfiler:
     `with` block and restores them afterwards; results are per step.
     """
 
-    def __init__(self):
+    def __init__(self, sync=lambda: None):
         self.seconds = defaultdict(float)
+        self.sync = sync                                  # on a GPU: wait for each op, so its time is its own
         self._saved = []
 
     def __enter__(self):
@@ -64,10 +65,12 @@ class OpProfiler:
 
     def _timed(self, key, fn):
         def wrapper(*args, **kwargs):
+            self.sync()
             start = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
+                self.sync()
                 self.seconds[key] += time.perf_counter() - start
         return wrapper
 
@@ -115,7 +118,7 @@ def bench_ours(cfg: TransformerConfig, backend: str, precision: str, B: int, S: 
         import cupy
         cupy.get_default_memory_pool().free_all_blocks()
     timings["adam"] = 0.0
-    profiler = OpProfiler() if profile else None
+    profiler = OpProfiler(be.synchronize) if profile else None
     start = time.perf_counter()
     if profiler:
         profiler.__enter__()
@@ -181,6 +184,8 @@ def run(preset: str = "cpu", device: str | None = None, precision: str = "fp32",
     spec = PRESETS[preset]
     device = device or spec["device"]
     backend = "cuda" if device in ("cuda", "gpu", "cupy") else device
+    if precision != "fp32" and backend != "cuda":
+        raise InputError(f"--precision {precision} is mixed precision for GPUs; use fp32 on the CPU")
     cfg = TransformerConfig(**spec["model"])
     B, S, T = batch or spec["batch"], spec["src_len"], spec["tgt_len"]
     profile = (backend != "cuda") if profile is None else profile

@@ -10,7 +10,8 @@ step) whose metadata also holds what an exact resume needs:
     run_config      the resolved run config
 
 Files are run_dir/ckpt_<step:08d>.safetensors, written atomically; only the
-last `keep_last` are kept.
+last `keep_last` are kept. A failed write (disk full) is an InputError that
+names the newest good checkpoint, which stays the newest.
 """
 
 import dataclasses
@@ -37,14 +38,26 @@ def save(run_dir: Path, model, model_config, optimizer, rng: np.random.Generator
         "loss_scaler": scaler.state_dict() if scaler is not None else None,
         "run_config": run_config.to_dict(),
     }
-    save_model(path, model, model_config, optimizer=optimizer, metadata=metadata)
+    try:  # atomic: a failed write leaves no ckpt_* file behind, and older ones are not pruned
+        save_model(path, model, model_config, optimizer=optimizer, metadata=metadata)
+    except OSError as err:  # disk full, quota, the folder went read-only
+        good = latest_valid_checkpoint(run_dir)
+        kept = f"the newest good checkpoint is still {good.name}" if good else "no checkpoint was kept"
+        raise InputError(f"{path}: cannot write the checkpoint ({err.strerror or err}); {kept}; "
+                         f"free some space and run the same command again") from None
     for old in list_checkpoints(run_dir)[:-keep_last]:
         old.unlink()
     return path
 
 
 def latest(run_dir: Path) -> Path | None:
-    """The newest checkpoint that verifies (corrupt ones are skipped with a warning)."""
+    """The newest checkpoint that verifies (corrupt ones are skipped with a warning).
+
+    Also deletes the temporary files of writes that a killed run left half done
+    (ckpt_*.safetensors.tmp-<pid>); they never count as checkpoints.
+    """
+    for stale in Path(run_dir).glob("ckpt_*.safetensors.tmp-*"):
+        stale.unlink(missing_ok=True)
     return latest_valid_checkpoint(run_dir)
 
 

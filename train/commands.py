@@ -19,15 +19,33 @@ from transformer.checkpoint import list_checkpoints
 
 
 def fit(args) -> int:
-    from train.loop import fit as run_fit
+    """Train or resume; 0 when done or stopped by SIGINT/SIGTERM (resumable), 3 when the run diverged."""
+    from train.loop import DivergedError, fit as run_fit
+    from train.loss_scaler import LossScaleOverflowError
 
     overrides = list(args.set) + ([f"train.backend={args.backend}"] if args.backend else [])
     run_config = config_lib.load(args.config, overrides)
     run_dir = args.run_dir if args.run_dir is not None else Path("runs") / run_config.name
-    result = run_fit(run_config, run_dir, force=args.force, reset_optimizer=args.reset_optimizer,
-                     progress=not args.no_progress)
-    print(f"done: step {result.state.step}; checkpoints in {run_dir}")
+    try:
+        result = run_fit(run_config, run_dir, force=args.force, reset_optimizer=args.reset_optimizer,
+                         progress=not args.no_progress)
+    except (DivergedError, LossScaleOverflowError) as err:  # the run, not the input: exit status 3
+        if args.debug:
+            raise
+        print(f"error: {err}", file=sys.stderr)
+        return 3
+    if result.stopped:
+        print(f"stopped by {result.stopped} at step {result.state.step}; to resume, run the same command again")
+    else:
+        print(f"done: step {result.state.step}; checkpoints in {run_dir}")
     return 0
+
+
+def _check_decoding(args) -> None:
+    """Decoding options that would silently do something else (beam 0 = greedy) are errors."""
+    for flag, value in (("--beam", args.beam), ("--max-tokens", args.max_tokens), ("--max-len-b", args.max_len_b)):
+        if value < (0 if flag == "--max-len-b" else 1):
+            raise InputError(f"{flag} must be {'0 or more' if flag == '--max-len-b' else 'at least 1'}, got {value}")
 
 
 def _translate(args, lines: list[str], where: str) -> list[str]:
@@ -44,6 +62,7 @@ def _translate(args, lines: list[str], where: str) -> list[str]:
 def translate(args) -> int:
     from train.translate import read_stdin_lines
 
+    _check_decoding(args)
     lines = read_stdin_lines(sys.stdin.buffer)
     if not lines:
         raise InputError("<stdin>: empty input, nothing to translate")
@@ -53,6 +72,7 @@ def translate(args) -> int:
 
 
 def evaluate(args) -> int:
+    _check_decoding(args)
     pairs = [(src, ref) for _, src, ref in iter_parallel(args.src, args.ref)]  # checks both files first
     if args.out is not None and args.out.exists():
         raise InputError(f"{args.out}: exists; choose another --out (nothing is overwritten)")

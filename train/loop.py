@@ -15,13 +15,22 @@ dropout RNG state, so that stopping at step N and running again continues
 exactly as if the run had never stopped. Nothing in an existing run directory
 is overwritten unless `force=True` (which starts the run over).
 
+Faults (tests/test_reliability.py): SIGINT/SIGTERM finish the current update,
+write a checkpoint and return (FitResult.stopped says why); a non-finite loss
+or gradient in fp32 raises DivergedError before the optimizer step, so the
+newest checkpoint stays the last good one; an unwritable run directory is an
+InputError before anything is trained.
+
 Shapes: B pairs in a batch, S source length, T target length, V vocab.
 """
 
 import json
 import math
+import os
 import shutil
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +70,10 @@ class TrainState:
     elapsed_s: float = 0.0  # training wall time over all sessions
 
 
+class DivergedError(RuntimeError):
+    """A non-finite loss or gradient in fp32: training stops, the last good checkpoint is kept."""
+
+
 @dataclass
 class FitResult:
     run_dir: Path
@@ -70,6 +83,38 @@ class FitResult:
     state: TrainState
     checkpoints: list[Path] = field(default_factory=list)
     last_valid: dict | None = None
+    stopped: str | None = None  # "SIGINT" / "SIGTERM" when a signal ended the run early
+
+
+class _StopSignals:
+    """SIGINT/SIGTERM set a flag that the loop checks after each update (a second SIGINT stops at once).
+
+    Handlers can only be installed from the main thread; elsewhere this does nothing.
+    The previous handlers are restored on exit.
+    """
+
+    SIGNALS = ("SIGINT", "SIGTERM")
+
+    def __init__(self):
+        self.received: str | None = None
+        self._previous = {}
+
+    def _handle(self, signum, frame) -> None:
+        if self.received is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # the user insists: stop now, resume from the last checkpoint
+        self.received = signal.Signals(signum).name
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for name in self.SIGNALS:
+                if hasattr(signal, name):
+                    signum = getattr(signal, name)
+                    self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
 
 
 class Logger:
@@ -113,12 +158,21 @@ def prepare_run_dir(run_config: RunConfig, run_dir: Path, force: bool) -> bool:
     elif not force and run_dir.exists() and any(run_dir.iterdir()):
         raise InputError(f"{run_dir}: exists and is not empty but holds no run (no config.json); "
                          f"choose another --run-dir or pass --force")
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # a file in the way, a read-only or full file system
+        raise InputError(f"{run_dir}: cannot create the run directory ({err.strerror or err})") from None
+    if not os.access(run_dir, os.W_OK | os.X_OK):  # root passes this check: the write below then decides
+        raise InputError(f"{run_dir}: run directory is not writable; choose another --run-dir")
     # Only keys in RESUMABLE_KEYS can differ here (e.g. a larger train.max_steps): record them.
     if not resuming or json.loads(saved.read_text(encoding="utf-8")) != run_config.to_dict():
         tmp = saved.with_suffix(".json.tmp")
-        tmp.write_text(config_lib.to_json(run_config) + "\n", encoding="utf-8")
-        tmp.replace(saved)
+        try:
+            tmp.write_text(config_lib.to_json(run_config) + "\n", encoding="utf-8")
+            tmp.replace(saved)
+        except OSError as err:
+            tmp.unlink(missing_ok=True)
+            raise InputError(f"{run_dir}: cannot write to the run directory ({err.strerror or err})") from None
     return resuming
 
 
@@ -255,7 +309,9 @@ def _train(run_config: RunConfig, run_dir: Path, backend: str, resuming: bool, r
     params = model.parameters()
     window = _Window()
     last_ckpt_time = time.perf_counter()
+    stop = _StopSignals()
     try:
+        stop.__enter__()
         model.train()
         while state.step < train.max_steps:
             t0 = time.perf_counter()
@@ -263,16 +319,19 @@ def _train(run_config: RunConfig, run_dir: Path, backend: str, resuming: bool, r
                        for b in _next_batches(prepared, state, train.seed, train.accum)]
             n_target = sum(int((tgt_out != model_config.pad_id).sum()) for _, _, tgt_out in batches)
             optimizer.zero_grad()
+            step_loss = 0.0
             for src, tgt_in, tgt_out in batches:
                 out = loss_fn(model(src, tgt_in), tgt_out)  # (B, T, V) logits -> smoothed mean loss
                 weighted = out.loss * (out.n_tokens / n_target)  # token-weighted over the accum batches
                 (scaler.scale_loss(weighted) if scaler else weighted).backward()
                 window.add_batch(src, tgt_out, out, model_config)
+                step_loss = step_loss + _raw(weighted)
             log_now = (state.step + 1) % train.log_every == 0
             grad_norm = None
-            if scaler is not None:
+            if scaler is not None:  # fp16: an overflow skips the step and lowers the scale
                 do_step = scaler.update(scaler.unscale_and_check(params))
-            else:
+            else:  # fp32: a non-finite loss or gradient means the run diverged; stop before it spreads
+                _check_finite(model, step_loss, state.step + 1, run_dir)
                 do_step = True
             if do_step and (train.clip_norm > 0 or log_now):
                 grad_norm = clip_grad_norm(params, train.clip_norm if train.clip_norm > 0 else math.inf)
@@ -295,15 +354,23 @@ def _train(run_config: RunConfig, run_dir: Path, backend: str, resuming: bool, r
             if train.valid_every and state.step % train.valid_every == 0 and state.step < train.max_steps:
                 result.last_valid = _run_validation(model, loss_fn, prepared, run_config, state, metrics, say)
             minutes_due = train.ckpt_minutes > 0 and time.perf_counter() - last_ckpt_time >= 60 * train.ckpt_minutes
-            if state.step % train.ckpt_every == 0 or minutes_due or state.step == train.max_steps:
-                checkpointing.save(run_dir, model, model_config, optimizer, rng, tokenizer, state, scaler,
-                                   run_config, train.keep_last)
+            if (state.step % train.ckpt_every == 0 or minutes_due or state.step == train.max_steps
+                    or stop.received):
+                saved = checkpointing.save(run_dir, model, model_config, optimizer, rng, tokenizer, state,
+                                           scaler, run_config, train.keep_last)
                 last_ckpt_time = time.perf_counter()
-        result.last_valid = _run_validation(model, loss_fn, prepared, run_config, state, metrics, say)
+            if stop.received:  # SIGINT/SIGTERM: the update is done and saved
+                result.stopped = stop.received
+                say(f"{stop.received}: stopped after step {state.step}, checkpoint {saved.name} written; "
+                    f"run the same command again to resume")
+                break
+        else:
+            result.last_valid = _run_validation(model, loss_fn, prepared, run_config, state, metrics, say)
     except KeyboardInterrupt:
         say(f"interrupted at step {state.step}; run the same command again to resume from the last checkpoint")
         raise
     finally:
+        stop.__exit__(None, None, None)
         bar.close()
         metrics.close()
     result.checkpoints = list_checkpoints(run_dir)
@@ -317,6 +384,25 @@ def _run_validation(model, loss_fn, prepared, run_config, state, metrics, say) -
     say(f"step {state.step:>7} | valid loss {record['loss']:.3f}, nll {record['nll']:.3f}, "
         f"ppl {record['ppl']:.2f}{bleu}")
     return record
+
+
+def _check_finite(model, step_loss, step: int, run_dir: Path) -> None:
+    """Raise DivergedError if the loss or a gradient is inf/nan (one host read; a scan only on failure)."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    xp = model.parameters()[0].backend.xp
+    total = step_loss
+    for g in grads:  # sum of sums: finite exactly when every element is (barring an fp32 overflow)
+        total = total + g.sum(dtype=np.float32)
+    if bool(xp.isfinite(total)):
+        return
+    loss = float(step_loss)
+    culprit = next((name for name, p in model.named_parameters()
+                    if p.grad is not None and not bool(xp.isfinite(p.grad).all())), None)
+    where = f"first non-finite gradient in {culprit!r}" if culprit else "gradients are finite"
+    good = checkpointing.latest(run_dir)
+    kept = f"the last good checkpoint is {good.name}" if good else "no checkpoint was written"
+    raise DivergedError(f"step {step}: training diverged: loss is {loss}, {where}; {kept}; "
+                        f"lower train.lr_factor, raise train.warmup_steps or set train.clip_norm")
 
 
 def _raw(value):

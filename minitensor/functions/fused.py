@@ -92,6 +92,8 @@ class LayerNorm(Function):
 
     @staticmethod
     def forward(ctx, x, gamma, beta, *, eps):
+        ctx.param_dtype = gamma.dtype                         # float32 masters under float16 activations
+        gamma, beta = gamma.astype(x.dtype, copy=False), beta.astype(x.dtype, copy=False)
         y, mean, rstd = ctx.backend.layernorm_forward(x, gamma, beta, eps)
         ctx.save_for_backward(x, gamma, mean, rstd)
         return y
@@ -100,7 +102,7 @@ class LayerNorm(Function):
     def backward(ctx, grad_out):
         x, gamma, mean, rstd = ctx.saved
         dx, dgamma, dbeta = ctx.backend.layernorm_backward(grad_out, x, gamma, mean, rstd)
-        return dx, dgamma, dbeta
+        return dx, dgamma.astype(ctx.param_dtype, copy=False), dbeta.astype(ctx.param_dtype, copy=False)
 
 
 class CrossEntropy(Function):

@@ -66,7 +66,7 @@ class LayerNorm(Module):
     def forward(self, x: Tensor) -> Tensor:
         if x.shape[-1] != self.dim:
             raise ValueError(f"LayerNorm({self.dim}) got input of shape {x.shape}")
-        return F.LayerNorm.apply(x, self.gamma.astype(x.dtype), self.beta.astype(x.dtype), eps=self.eps)
+        return F.LayerNorm.apply(x, self.gamma, self.beta, eps=self.eps)   # casts γ, β to x's dtype inside
 
 
 class Dropout(Module):

@@ -1,0 +1,400 @@
+"""Issue 8, reliability: kills, signals, divergence, full disks, bad input, and no pickle/eval.
+
+Every fault here is listed in README.md, "Faults we test". Training runs use a
+tiny model on the built-in task (numpy backend, one thread), so the whole file
+takes well under a minute on 2 cores. Bad inputs already covered by
+tests/train/test_cli.py (mismatched line counts, non-UTF-8, unknown config key,
+tampered checkpoint, empty stdin, tokenizer/vocabulary mismatch) are not repeated.
+"""
+
+import errno
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import minitensor as mt
+import transformer.checkpoint as checkpoint_module
+from train import config as config_lib
+from train.config import RunConfig
+from train.errors import InputError
+from train.loop import fit
+from train.loss_scaler import DynamicLossScaler, LossScaleOverflowError
+from transformer.checkpoint import CheckpointError, latest_valid_checkpoint, list_checkpoints, load_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+TINY = [
+    "task.n_train=200", "task.n_valid=8", "task.n_test=8", "tokenizer.vocab_size=80",
+    "model.N=1", "model.d_model=16", "model.d_ff=32", "model.h=2", "model.max_len=64",
+    "train.max_tokens=256", "train.warmup_steps=4", "train.backend=numpy", "train.log_every=1",
+    "train.valid_every=0", "train.valid_bleu_sentences=2", "train.valid_beam=1", "train.ckpt_every=1",
+    "train.keep_last=3", "train.average_last=2", "train.threads=1",
+]
+STEP_LINE = b" | loss "  # a training log line: the loop is running
+
+
+def fit_cmd(run_dir: Path, *extra: str) -> list[str]:
+    sets = [arg for item in TINY + list(extra) for arg in ("--set", item)]
+    return [sys.executable, "-m", "train", "fit", "--config", str(ROOT / "configs" / "demo.toml"),
+            "--run-dir", str(run_dir), "--no-progress", *sets]
+
+
+def run_cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "train", *args], input=stdin, capture_output=True, cwd=ROOT,
+                          env=ENV, timeout=120)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str, status: int = 2) -> str:
+    stderr = result.stderr.decode()
+    assert result.returncode == status, stderr
+    lines = [line for line in stderr.splitlines() if line.strip() and not line.startswith("warning: ")]
+    assert len(lines) == 1 and lines[0].startswith("error: "), stderr
+    for fragment in fragments:
+        assert fragment in lines[0], f"{fragment!r} not in {lines[0]!r}"
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+def tiny_config(*extra: str) -> RunConfig:
+    return config_lib.apply_overrides(RunConfig(name="demo"), TINY + list(extra))
+
+
+def quiet_fit(*args, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tiny corpus lowers the vocabulary size (a warning)
+        return fit(*args, progress=False, **kwargs)
+
+
+def snapshot(folder: Path) -> dict:
+    return {p.relative_to(folder): p.stat().st_mtime_ns for p in folder.rglob("*")} if folder.exists() else {}
+
+
+def wait_until(condition, timeout: float, poll: float = 0.005) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if condition():
+            return True
+        time.sleep(poll)
+    return False
+
+
+def step_of(path: Path) -> int:
+    return int(path.name.split("_")[1].split(".")[0])
+
+
+# ------------------------------------------------------------------ 1. SIGKILL
+def test_sigkill_at_20_random_moments_leaves_only_valid_checkpoints_and_resumes(tmp_path):
+    """Kill -9 twenty times (half at random delays, half while a checkpoint is being written)."""
+    rng = random.Random(8)
+    run_dir = tmp_path / "run"
+    cmd = fit_cmd(run_dir, "train.max_steps=100000", "train.ckpt_every=2")
+    kills_during_write = 0
+    for i in range(20):
+        before = latest_valid_checkpoint(run_dir)
+        log = tmp_path / f"kill{i}.log"
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=ENV)
+            try:
+                assert wait_until(lambda: STEP_LINE in log.read_bytes() or proc.poll() is not None, 60)
+                if i % 2:
+                    time.sleep(rng.uniform(0.0, 0.3))
+                else:  # the moment a write is under way (busy polling: writes take milliseconds)
+                    wait_until(lambda: any(run_dir.glob("ckpt_*.tmp-*")), 10, poll=0)
+                    time.sleep(rng.uniform(0.0, 0.001))
+                proc.send_signal(signal.SIGKILL)
+            finally:
+                proc.kill()
+                proc.wait()
+        text = log.read_text()
+        assert proc.returncode == -signal.SIGKILL, text
+        if before is not None:
+            assert "resuming run" in text and f"restored {before.name} (step {step_of(before)}," in text, text
+        kills_during_write += any(run_dir.glob("ckpt_*.tmp-*"))
+        checkpoints = list_checkpoints(run_dir)
+        assert all(re.fullmatch(r"ckpt_\d{8}\.safetensors", p.name) for p in checkpoints)
+        for path in checkpoints:  # every file named as a checkpoint loads and verifies
+            _, metadata = load_checkpoint(path, verify=True)
+            assert metadata["train_state"]["step"] == step_of(path)
+        if before is not None:
+            assert checkpoints and step_of(checkpoints[-1]) >= step_of(before)  # never goes back
+    assert kills_during_write >= 1, "no kill landed during a checkpoint write"
+    newest = latest_valid_checkpoint(run_dir)
+    done = subprocess.run(fit_cmd(run_dir, f"train.max_steps={step_of(newest) + 3}", "train.ckpt_every=2"),
+                          capture_output=True, cwd=ROOT, env=ENV, timeout=120)
+    out = done.stdout.decode()
+    assert done.returncode == 0, done.stderr.decode()
+    assert f"restored {newest.name}" in out and f"done: step {step_of(newest) + 3}" in out
+    assert not list(run_dir.glob("*.tmp*")), "leftover temporary files were not cleaned up"
+
+
+# ------------------------------------------------------------------ 2. graceful stop
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_signal_finishes_step_writes_checkpoint_and_exits_0(tmp_path, signame):
+    run_dir = tmp_path / "run"
+    log = tmp_path / "log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(fit_cmd(run_dir, "train.max_steps=100000", "train.ckpt_every=1000"),
+                                stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=ENV)
+        try:
+            assert wait_until(lambda: STEP_LINE in log.read_bytes(), 60)
+            proc.send_signal(getattr(signal, signame))
+            proc.wait(timeout=60)
+        finally:
+            proc.kill()
+            proc.wait()
+    text = log.read_text()
+    assert proc.returncode == 0, text
+    match = re.search(rf"stopped by {signame} at step (\d+); to resume, run the same command again", text)
+    assert match, text
+    step = int(match.group(1))
+    assert [step_of(p) for p in list_checkpoints(run_dir)] == [step]  # ckpt_every 1000: written by the stop
+    load_checkpoint(list_checkpoints(run_dir)[-1])
+    resumed = subprocess.run(fit_cmd(run_dir, f"train.max_steps={step + 1}", "train.ckpt_every=1000"),
+                             capture_output=True, cwd=ROOT, env=ENV, timeout=120)
+    assert resumed.returncode == 0 and f"restored ckpt_{step:08d}.safetensors" in resumed.stdout.decode()
+
+
+def test_fit_restores_the_previous_signal_handlers(tmp_path):
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    quiet_fit(tiny_config("train.max_steps=1"), tmp_path)
+    assert {s: signal.getsignal(s) for s in previous} == previous
+
+
+# ------------------------------------------------------------------ 3. numeric faults
+def test_divergence_stops_with_step_and_parameter_and_keeps_last_good_checkpoint(tmp_path):
+    run_dir = tmp_path / "run"
+    result = subprocess.run(fit_cmd(run_dir, "train.max_steps=50", "train.lr_factor=1e30"),
+                            capture_output=True, cwd=ROOT, env=ENV, timeout=120)
+    line = assert_one_line_error(result, "training diverged", "first non-finite gradient in '", status=3)
+    step = int(re.search(r"step (\d+): training diverged", line).group(1))
+    assert 1 < step < 50
+    checkpoints = list_checkpoints(run_dir)
+    assert step_of(checkpoints[-1]) == step - 1  # nothing saved for the faulty step
+    assert f"last good checkpoint is {checkpoints[-1].name}" in line
+    for _, array in load_checkpoint(checkpoints[-1])[0].items():
+        assert np.isfinite(array).all()
+
+
+def grad_params(*grads) -> list:
+    params = []
+    for grad in grads:
+        p = mt.tensor(np.zeros_like(grad), requires_grad=True, backend="numpy")
+        p.grad = np.asarray(grad, np.float32)
+        params.append(p)
+    return params
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf + -inf in the finiteness sum is the point
+def test_loss_scaler_skips_and_backs_off_on_inf_grads():
+    scaler = DynamicLossScaler(init_scale=1024.0, growth_interval=3, max_consecutive_overflows=5)
+    assert scaler.update(scaler.unscale_and_check(grad_params(np.full(4, 2048.0))))
+    bad = grad_params(np.array([1.0, np.inf]), np.array([-np.inf]))
+    assert not scaler.unscale_and_check(bad)
+    assert not scaler.update(False)  # the step is skipped ...
+    assert scaler.scale == 512.0 and scaler.skipped_steps == 1  # ... and the scale halved
+    good = grad_params(np.full(3, 512.0))
+    assert scaler.update(scaler.unscale_and_check(good)) and scaler.consecutive_overflows == 0
+    np.testing.assert_array_equal(good[0].grad, np.ones(3, np.float32))  # unscaled by 512
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_loss_scaler_aborts_after_k_consecutive_overflows():
+    scaler = DynamicLossScaler(init_scale=4.0, max_consecutive_overflows=4, min_scale=1.0)
+    for _ in range(3):
+        assert not scaler.update(scaler.unscale_and_check(grad_params(np.array([np.nan, 1.0]))))
+    assert scaler.scale == 1.0  # floored at min_scale
+    with pytest.raises(LossScaleOverflowError, match="4 steps in a row"):
+        scaler.update(scaler.unscale_and_check(grad_params(np.array([np.inf]))))
+
+
+# ------------------------------------------------------------------ 4. unwritable run dir, disk full
+def test_run_dir_under_a_file_is_a_clear_error_before_training(tmp_path):
+    blocker = tmp_path / "some_file"
+    blocker.write_text("x")
+    result = run_cli(*fit_cmd(tmp_path / "some_file" / "run", "train.max_steps=2")[3:])
+    assert_one_line_error(result, "some_file/run: cannot create the run directory")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["some_file"]
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root ignores directory permissions")
+def test_read_only_run_dir_is_a_clear_error(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        assert_one_line_error(run_cli(*fit_cmd(locked, "train.max_steps=2")[3:]), "not writable")
+        assert_one_line_error(run_cli(*fit_cmd(locked / "run", "train.max_steps=2")[3:]), "cannot create")
+    finally:
+        locked.chmod(0o700)
+
+
+class _DiskFullFile:
+    """A file whose data writes fail with ENOSPC halfway through (the header gets out)."""
+
+    def __init__(self, file):
+        self.file, self.writes = file, 0
+
+    def write(self, data):
+        self.writes += 1
+        if self.writes > 2:
+            self.file.write(bytes(data)[: len(data) // 2])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return self.file.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.file, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.file.close()
+
+
+@pytest.mark.parametrize("where", ["write", "rename"])
+def test_disk_full_during_checkpoint_keeps_previous_newest(tmp_path, monkeypatch, where):
+    saves = {"n": 0}
+    real_open, real_replace = open, os.replace
+
+    def full_open(path, mode="r", *args, **kwargs):
+        file = real_open(path, mode, *args, **kwargs)
+        if "w" in mode and ".safetensors.tmp-" in str(path):
+            saves["n"] += 1
+            if saves["n"] > 2:
+                return _DiskFullFile(file)
+        return file
+
+    def full_replace(src, dst, *args, **kwargs):
+        if ".safetensors.tmp-" in str(src):
+            saves["n"] += 1
+            if saves["n"] > 2:
+                raise OSError(errno.ENOSPC, "No space left on device")
+        return real_replace(src, dst, *args, **kwargs)
+
+    if where == "write":
+        monkeypatch.setattr(checkpoint_module, "open", full_open, raising=False)
+    else:
+        monkeypatch.setattr(os, "replace", full_replace)
+    with pytest.raises(InputError, match=r"ckpt_00000003.safetensors: cannot write the checkpoint "
+                                         r"\(No space left on device\); the newest good checkpoint is still "
+                                         r"ckpt_00000002.safetensors"):
+        quiet_fit(tiny_config("train.max_steps=6"), tmp_path)
+    monkeypatch.undo()
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["ckpt_00000001.safetensors", "ckpt_00000002.safetensors"]
+    assert not list(tmp_path.glob("*.tmp*")), "a partial file was left behind"
+    assert latest_valid_checkpoint(tmp_path).name == "ckpt_00000002.safetensors"
+    assert quiet_fit(tiny_config("train.max_steps=4"), tmp_path).state.step == 4  # space is back: resumes
+
+
+# ------------------------------------------------------------------ 5. bad input
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("tiny") / "run"
+    quiet_fit(tiny_config("train.max_steps=3"), run_dir)
+    return run_dir
+
+
+def test_empty_and_too_long_lines_are_skipped_with_counts(tmp_path):
+    words = [" ".join(f"w{(i * 7 + j) % 30}" for j in range(1 + i % 4)) for i in range(40)]
+    src_lines = words[:10] + ["", words[10]] + words[11:20] + [" ".join(words)] + words[20:]
+    tgt_lines = words[:10] + [words[0], ""] + words[11:20] + [words[1]] + words[20:]
+    src, tgt, valid = tmp_path / "t.en", tmp_path / "t.de", tmp_path / "v.txt"
+    src.write_text("\n".join(src_lines) + "\n")
+    tgt.write_text("\n".join(tgt_lines) + "\n")
+    valid.write_text("\n".join(words[:4]) + "\n")
+    result = run_cli("fit", "--config", str(ROOT / "configs" / "demo.toml"), "--run-dir", str(tmp_path / "run"),
+                     "--no-progress", "--set", "task.kind=files", "--set", f"task.train_src={src}",
+                     "--set", f"task.train_tgt={tgt}", "--set", f"task.valid_src={valid}",
+                     "--set", f"task.valid_tgt={valid}", "--set", "task.test_src=", "--set", "task.test_tgt=",
+                     "--set", "task.max_len=20", "--set", "tokenizer.vocab_size=40",
+                     *[arg for item in TINY[4:] + ["train.max_steps=1"] for arg in ("--set", item)])
+    assert result.returncode == 0, result.stderr.decode()
+    assert re.search(r"training pairs: 39 kept, 1 longer than 20 tokens dropped, 2 empty skipped",
+                     result.stdout.decode()), result.stdout.decode()
+
+
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_fit_max_tokens_zero_or_negative(tmp_path, value):
+    run_dir = tmp_path / "run"
+    assert_one_line_error(run_cli(*fit_cmd(run_dir, f"train.max_tokens={value}")[3:]),
+                          f"train.max_tokens must be positive, got {value}")
+    assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--beam", "0", "--beam must be at least 1, got 0"),
+    ("--max-tokens", "0", "--max-tokens must be at least 1, got 0"),
+    ("--max-tokens", "-3", "--max-tokens must be at least 1, got -3"),
+])
+def test_translate_bad_decoding_options(tiny_run, flag, value, message):
+    ckpt = list_checkpoints(tiny_run)[-1]
+    assert_one_line_error(run_cli("translate", "--ckpt", str(ckpt), flag, value, stdin=b"one\n"), message)
+
+
+def test_truncated_checkpoint_is_one_line_error_and_skipped_on_resume(tiny_run, tmp_path):
+    run_dir = tmp_path / "copy"
+    run_dir.mkdir()
+    for path in tiny_run.iterdir():
+        if path.is_file():
+            (run_dir / path.name).write_bytes(path.read_bytes())
+    newest = list_checkpoints(run_dir)[-1]
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+    before = snapshot(run_dir)
+    result = run_cli("translate", "--ckpt", str(newest), stdin=b"one\n")
+    assert_one_line_error(result, newest.name)
+    assert snapshot(run_dir) == before  # nothing overwritten
+    previous = list_checkpoints(run_dir)[-2]
+    with pytest.warns(UserWarning, match=f"skipping unusable checkpoint: {newest.name}"):
+        assert latest_valid_checkpoint(run_dir) == previous
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(["train.max_tokens", "train.accum", "train.max_steps", "train.ckpt_every",
+                        "train.keep_last", "decode.beam", "decode.max_tokens", "model.d_model"]),
+       st.integers(max_value=0))
+def test_non_positive_sizes_are_input_errors(key, value):
+    with pytest.raises(InputError, match=f"{re.escape(key)} must be positive"):
+        config_lib.apply_overrides(RunConfig(), [f"{key}={value}"])
+
+
+@pytest.fixture(scope="module")
+def checkpoint_bytes(tiny_run):
+    return list_checkpoints(tiny_run)[-1].read_bytes()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_any_truncation_or_flipped_tensor_byte_is_a_checkpoint_error(tmp_path_factory, checkpoint_bytes, data):
+    path = tmp_path_factory.mktemp("bad") / "ckpt.safetensors"
+    if data.draw(st.booleans(), label="truncate"):
+        cut = data.draw(st.integers(0, len(checkpoint_bytes) - 1), label="cut")
+        path.write_bytes(checkpoint_bytes[:cut])
+    else:  # a flipped bit in the tensor bytes (the header is JSON: see the README table)
+        start = 8 + int.from_bytes(checkpoint_bytes[:8], "little")
+        at = data.draw(st.integers(start, len(checkpoint_bytes) - 1), label="at")
+        bit = data.draw(st.integers(0, 7), label="bit")
+        flipped = bytearray(checkpoint_bytes)
+        flipped[at] ^= 1 << bit
+        path.write_bytes(bytes(flipped))
+    with pytest.raises(CheckpointError, match="ckpt.safetensors"):
+        load_checkpoint(path)
+
+
+# ------------------------------------------------------------------ 6. safety
+def test_no_pickle_or_eval_in_packages():
+    forbidden = re.compile(r"\bimport\s+(c?pickle|dill|marshal)\b|\bfrom\s+(c?pickle|dill|marshal)\b|"
+                           r"\bpickle\.|allow_pickle\s*=\s*True|(?<![\w.])(?<!def )(eval|exec)\s*\(")
+    hits = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+            for package in ("minitensor", "transformer", "train") for path in sorted((ROOT / package).rglob("*.py"))
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if forbidden.search(line)]
+    assert not hits, "\n".join(hits)
