@@ -20,7 +20,8 @@ from transformer.checkpoint import list_checkpoints
 
 def fit(args) -> int:
     """Train or resume; 0 when done or stopped by SIGINT/SIGTERM (resumable), 3 when the run diverged."""
-    from train.loop import DivergedError, fit as run_fit
+    from train.faults import DivergedError
+    from train.loop import fit as run_fit
     from train.loss_scaler import LossScaleOverflowError
 
     overrides = list(args.set) + ([f"train.backend={args.backend}"] if args.backend else [])

@@ -28,9 +28,7 @@ import json
 import math
 import os
 import shutil
-import signal
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +43,7 @@ from train.batching import epoch_batches
 from train.config import RunConfig
 from train.errors import InputError
 from train.evaluate import corpus_scores
+from train.faults import StopSignals, check_finite
 from train.loss_scaler import DynamicLossScaler
 from train.metrics import MetricsWriter, mfu, peak_tflops, train_flops
 from train.prepare import Prepared, corpus_batch, make_model_inputs, prepare, split_batches
@@ -70,10 +69,6 @@ class TrainState:
     elapsed_s: float = 0.0  # training wall time over all sessions
 
 
-class DivergedError(RuntimeError):
-    """A non-finite loss or gradient in fp32: training stops, the last good checkpoint is kept."""
-
-
 @dataclass
 class FitResult:
     run_dir: Path
@@ -84,37 +79,6 @@ class FitResult:
     checkpoints: list[Path] = field(default_factory=list)
     last_valid: dict | None = None
     stopped: str | None = None  # "SIGINT" / "SIGTERM" when a signal ended the run early
-
-
-class _StopSignals:
-    """SIGINT/SIGTERM set a flag that the loop checks after each update (a second SIGINT stops at once).
-
-    Handlers can only be installed from the main thread; elsewhere this does nothing.
-    The previous handlers are restored on exit.
-    """
-
-    SIGNALS = ("SIGINT", "SIGTERM")
-
-    def __init__(self):
-        self.received: str | None = None
-        self._previous = {}
-
-    def _handle(self, signum, frame) -> None:
-        if self.received is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt  # the user insists: stop now, resume from the last checkpoint
-        self.received = signal.Signals(signum).name
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for name in self.SIGNALS:
-                if hasattr(signal, name):
-                    signum = getattr(signal, name)
-                    self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
 
 
 class Logger:
@@ -309,7 +273,7 @@ def _train(run_config: RunConfig, run_dir: Path, backend: str, resuming: bool, r
     params = model.parameters()
     window = _Window()
     last_ckpt_time = time.perf_counter()
-    stop = _StopSignals()
+    stop = StopSignals()
     try:
         stop.__enter__()
         model.train()
@@ -331,7 +295,7 @@ def _train(run_config: RunConfig, run_dir: Path, backend: str, resuming: bool, r
             if scaler is not None:  # fp16: an overflow skips the step and lowers the scale
                 do_step = scaler.update(scaler.unscale_and_check(params))
             else:  # fp32: a non-finite loss or gradient means the run diverged; stop before it spreads
-                _check_finite(model, step_loss, state.step + 1, run_dir)
+                check_finite(model, step_loss, state.step + 1, run_dir)
                 do_step = True
             if do_step and (train.clip_norm > 0 or log_now):
                 grad_norm = clip_grad_norm(params, train.clip_norm if train.clip_norm > 0 else math.inf)
@@ -384,25 +348,6 @@ def _run_validation(model, loss_fn, prepared, run_config, state, metrics, say) -
     say(f"step {state.step:>7} | valid loss {record['loss']:.3f}, nll {record['nll']:.3f}, "
         f"ppl {record['ppl']:.2f}{bleu}")
     return record
-
-
-def _check_finite(model, step_loss, step: int, run_dir: Path) -> None:
-    """Raise DivergedError if the loss or a gradient is inf/nan (one host read; a scan only on failure)."""
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    xp = model.parameters()[0].backend.xp
-    total = step_loss
-    for g in grads:  # sum of sums: finite exactly when every element is (barring an fp32 overflow)
-        total = total + g.sum(dtype=np.float32)
-    if bool(xp.isfinite(total)):
-        return
-    loss = float(step_loss)
-    culprit = next((name for name, p in model.named_parameters()
-                    if p.grad is not None and not bool(xp.isfinite(p.grad).all())), None)
-    where = f"first non-finite gradient in {culprit!r}" if culprit else "gradients are finite"
-    good = checkpointing.latest(run_dir)
-    kept = f"the last good checkpoint is {good.name}" if good else "no checkpoint was written"
-    raise DivergedError(f"step {step}: training diverged: loss is {loss}, {where}; {kept}; "
-                        f"lower train.lr_factor, raise train.warmup_steps or set train.clip_norm")
 
 
 def _raw(value):

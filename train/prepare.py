@@ -102,11 +102,17 @@ def load_or_train_tokenizer(config: RunConfig, run_dir: Path, train_paths: tuple
                            sample_size=cfg.sample_size, seed=config.train.seed)
 
 
-def read_split(paths: tuple[Path, Path], tokenizer: Tokenizer) -> Split:
+def read_split(paths: tuple[Path, Path], tokenizer: Tokenizer, limit: int, log=print) -> Split:
+    """All pairs of a dev/test split; ids longer than the model's positions are cut to `limit`
+    (the text, which BLEU scores, is kept whole), and the cut is reported."""
     pairs, _ = read_parallel(*paths)
     src_text, tgt_text = [p[0] for p in pairs], [p[1] for p in pairs]
+    src_ids, tgt_ids = tokenizer.encode_batch(src_text), tokenizer.encode_batch(tgt_text)
+    cut = sum(len(s) > limit or len(t) > limit for s, t in zip(src_ids, tgt_ids))
+    if cut:
+        log(f"{paths[0]}: {cut} pairs longer than {limit} tokens are cut to fit the model's positions")
     return Split(paths[0], paths[1], src_text, tgt_text,
-                 tokenizer.encode_batch(src_text), tokenizer.encode_batch(tgt_text))
+                 [s[:limit] for s in src_ids], [t[:limit] for t in tgt_ids])
 
 
 def prepare(config: RunConfig, run_dir: Path, log=print) -> Prepared:
@@ -125,8 +131,8 @@ def prepare(config: RunConfig, run_dir: Path, log=print) -> Prepared:
     positions = make_batches(corpus.src_lengths[index] + 1, corpus.tgt_lengths[index] + 1,
                              config.train.max_tokens, seed=config.train.seed)
     batches = [index[b] for b in positions]
-    valid = read_split(paths["valid"], tokenizer)
-    test = read_split(paths["test"], tokenizer) if paths.get("test") else None
+    valid = read_split(paths["valid"], tokenizer, limit, log)
+    test = read_split(paths["test"], tokenizer, limit, log) if paths.get("test") else None
     return Prepared(tokenizer, corpus, index, batches, valid, test, paths)
 
 

@@ -15,7 +15,7 @@ from transformer.model import Transformer
 from transformer.model_io import save_model
 
 ROOT = Path(__file__).resolve().parents[2]
-COMMANDS = ["demo", "fit", "translate", "evaluate", "average", "plot", "doctor"]
+COMMANDS = ["demo", "fit", "translate", "evaluate", "average", "plot", "doctor", "bench"]
 
 
 def run_cli(*args: str, stdin: bytes = b"", cwd: Path = ROOT) -> subprocess.CompletedProcess:
