@@ -69,3 +69,36 @@ def test_linear_matches_composed(backend, rng, with_bias):
     arrays = [rng.standard_normal((2, 3, 4)), rng.standard_normal((4, 5))] + ([rng.standard_normal(5)] if with_bias else [])
     composed = (lambda x, w, b: x @ w + b) if with_bias else (lambda x, w: x @ w)
     check_same(Linear.apply, composed, arrays, backend)
+
+
+@pytest.mark.parametrize("p", [0.0, 0.3])
+def test_dropout_add_layer_norm_matches_composed(backend, rng, p):
+    from minitensor.functions import DropoutAddLayerNorm
+    arrays = [rng.standard_normal((3, 5, 8)), rng.standard_normal((3, 5, 8)) * 2,
+              rng.standard_normal(8), rng.standard_normal(8)]
+    check_same(lambda x, s, g, b: DropoutAddLayerNorm.apply(x, s, g, b, eps=1e-6, p=p, seed=7),
+               lambda x, s, g, b: mt.dropout_add_layer_norm_composed(x, s, g, b, 1e-6, p, 7), arrays, backend)
+
+
+@pytest.mark.parametrize("p", [0.0, 0.25])
+def test_attention_matches_equation_1_composed(backend, rng, p):
+    """The fused multi-head op against split_heads -> Eq. (1) op by op -> merge_heads, d_k ≠ d_v, masked."""
+    from minitensor.functions import Attention, Dropout
+    from transformer.attention import merge_heads, scaled_dot_product_attention, split_heads
+    H, seed = 3, 11
+    q, k, v = rng.standard_normal((2, 4, H * 5)), rng.standard_normal((2, 6, H * 5)), rng.standard_normal((2, 6, H * 2))
+    mask = rng.random((2, 1, 4, 6)) > 0.7
+    mask[1, 0, 2] = True                                       # one query with nothing to attend to
+    mask = mt.get_backend(backend).asarray(mask)
+    drop = None if p == 0 else (lambda w: Dropout.apply(w, p=p, seed=seed))
+
+    def composed(q, k, v):
+        out, _ = scaled_dot_product_attention(split_heads(q, H), split_heads(k, H), split_heads(v, H), mask, drop)
+        return merge_heads(out)
+
+    check_same(lambda q, k, v: Attention.apply(q, k, v, heads=H, mask=mask, p=p, seed=seed)[0],
+               composed, [q, k, v], backend)
+    _, weights = Attention.apply(*(mt.tensor(a, backend=backend) for a in (q, k, v)), heads=H, mask=mask)
+    _, weights_composed = scaled_dot_product_attention(*(split_heads(mt.tensor(a, backend=backend), H) for a in (q, k, v)),
+                                                       mask)
+    mt.assert_close(weights, weights_composed.numpy(), "attention weights")

@@ -8,7 +8,10 @@ Shapes: B batch, H heads, Tq queries, Tk keys, D = d_model, K = d_k, Kv = d_v.
 
 All heads run at once: the h projections W_i^Q are the column blocks of one
 (D, H·K) matrix `w_q`, and heads are a batch axis of the matmuls (no loop).
-The scale 1/√d_k and the mask go into the one fused softmax call.
+`scaled_dot_product_attention` below is Eq. (1) written op by op, the version
+to read; MultiHeadAttention runs the same equations as one fused Function
+(minitensor.functions.Attention: scale, mask, dropout and the head split and
+merge inside), which tests check against it, values and gradients.
 Attention weights are returned, never stored on the module.
 """
 from __future__ import annotations
@@ -18,6 +21,7 @@ import math
 import numpy as np
 
 import minitensor as mt
+from minitensor import functions as F
 from minitensor import nn
 
 
@@ -33,8 +37,24 @@ def scaled_dot_product_attention(q, k, v, mask=None, dropout=None):
     return dropped @ v, weights                                        # (B, H, Tq, Tk) @ (B, H, Tk, Kv) -> (B, H, Tq, Kv)
 
 
+def split_heads(x: mt.Tensor, h: int) -> mt.Tensor:
+    """(B, T, H·d) -> (B, H, T, d): head i is the i-th block of d columns (§3.2.2)."""
+    B, T, width = x.shape
+    return x.reshape(B, T, h, width // h).permute(0, 2, 1, 3)          # (B, T, H·d) -> (B, T, H, d) -> (B, H, T, d)
+
+
+def merge_heads(x: mt.Tensor) -> mt.Tensor:
+    """(B, H, T, d) -> (B, T, H·d): Concat(head_1, ..., head_h) (§3.2.2), the inverse of split_heads."""
+    B, H, T, d = x.shape
+    return x.permute(0, 2, 1, 3).reshape(B, T, H * d)
+
+
 class MultiHeadAttention(nn.Module):
-    """§3.2.2 with separate named projections w_q, w_k, w_v (D -> H·K) and w_o (H·Kv -> D)."""
+    """§3.2.2 with separate named projections w_q, w_k, w_v (D -> H·K) and w_o (H·Kv -> D).
+
+    Queries, keys and values stay packed (B, T, H·K) outside the attention op: that is
+    also the layout of the decoder's key/value cache.
+    """
 
     def __init__(self, d_model: int, h: int, d_k: int, d_v: int, rng: np.random.Generator,
                  attention_dropout: float = 0.0):
@@ -47,25 +67,18 @@ class MultiHeadAttention(nn.Module):
         # paper silent on dropout of the attention weights; off unless config.attention_dropout > 0
         self.dropout = nn.Dropout(attention_dropout, rng=rng) if attention_dropout > 0 else None
 
-    # --- projections into heads --------------------------------------------------------
-    def _heads(self, x: mt.Tensor, d: int) -> mt.Tensor:
-        B, T = x.shape[0], x.shape[1]
-        return x.reshape(B, T, self.h, d).permute(0, 2, 1, 3)          # (B, T, H·d) -> (B, T, H, d) -> (B, H, T, d)
-
     def project_q(self, x: mt.Tensor) -> mt.Tensor:
-        return self._heads(self.w_q(x), self.d_k)                      # §3.2.2: Q W^Q, (B, Tq, D) -> (B, H, Tq, K)
+        return self.w_q(x)                                             # §3.2.2: Q W_i^Q for every i, (B, Tq, D) -> (B, Tq, H·K)
 
     def project_kv(self, x: mt.Tensor) -> tuple[mt.Tensor, mt.Tensor]:
-        k = self._heads(self.w_k(x), self.d_k)                         # §3.2.2: K W^K, (B, Tk, D) -> (B, H, Tk, K)
-        v = self._heads(self.w_v(x), self.d_v)                         # §3.2.2: V W^V, (B, Tk, D) -> (B, H, Tk, Kv)
-        return k, v
+        return self.w_k(x), self.w_v(x)                                # §3.2.2: K W_i^K, V W_i^V, (B, Tk, D) -> (B, Tk, H·K), (B, Tk, H·Kv)
 
     def attend(self, q, k, v, mask=None) -> tuple[mt.Tensor, mt.Tensor]:
-        """Heads in, d_model out: (output (B, Tq, D), weights (B, H, Tq, Tk))."""
-        out, weights = scaled_dot_product_attention(q, k, v, mask, self.dropout)   # (B, H, Tq, Kv)
-        B, _, Tq, _ = out.shape
-        out = out.permute(0, 2, 1, 3).reshape(B, Tq, self.h * self.d_v)   # §3.2.2: Concat(heads), (B, H, Tq, Kv) -> (B, Tq, H·Kv)
-        return self.w_o(out), weights                                  # §3.2.2: Concat(...) W^O, (B, Tq, H·Kv) -> (B, Tq, D)
+        """Packed heads in, d_model out: (output (B, Tq, D), weights (B, H, Tq, Tk))."""
+        p, seed = self.dropout.draw() if self.dropout is not None else (0.0, None)
+        mask = None if mask is None else q.backend.asarray(mask)
+        heads, weights = F.Attention.apply(q, k, v, heads=self.h, mask=mask, p=p, seed=seed)   # §3.2.1, Eq. (1) per head; Concat
+        return self.w_o(heads), mt.Tensor._wrap(weights, q.backend)    # §3.2.2: Concat(...) W^O, (B, Tq, H·Kv) -> (B, Tq, D)
 
     def forward(self, query: mt.Tensor, memory: mt.Tensor | None = None, mask=None):
         """Self-attention when memory is None (§3.2.3), else queries attend to memory (encoder-decoder).

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import minitensor as mt
+from minitensor import functions as F
 from minitensor import nn
 
 from .attention import MultiHeadAttention
@@ -45,7 +46,9 @@ class SublayerConnection(nn.Module):
             out, aux = sublayer(self.norm(x))
             return x + self.dropout(out), aux                      # DEVIATION(§3.1): pre-norm residual
         out, aux = sublayer(x)
-        return self.norm(x + self.dropout(out)), aux               # §3.1: LayerNorm(x + Sublayer(x))
+        p, seed = self.dropout.draw()                              # §3.1: LayerNorm(x + Dropout(Sublayer(x))), one fused op
+        return F.DropoutAddLayerNorm.apply(x, out, self.norm.gamma, self.norm.beta, eps=self.norm.eps,
+                                           p=p, seed=seed), aux
 
 
 def _attention(config: TransformerConfig, rng) -> MultiHeadAttention:
@@ -92,10 +95,10 @@ class DecoderLayer(nn.Module):
     def _self_attention(self, y, tgt_mask, layer_cache):
         if layer_cache is None:
             return self.self_attn(y, None, tgt_mask)               # §3.2.3: masked decoder self-attention
-        k, v = self.self_attn.project_kv(y)                        # (n, H, T, K) for the new positions
+        k, v = self.self_attn.project_kv(y)                        # (n, T, H·K) for the new positions
         if layer_cache.get("self_k") is not None:
-            k = mt.concat([layer_cache["self_k"], k], axis=2)      # (n, H, P, K) + (n, H, T, K) -> (n, H, P+T, K)
-            v = mt.concat([layer_cache["self_v"], v], axis=2)
+            k = mt.concat([layer_cache["self_k"], k], axis=1)      # (n, P, H·K) + (n, T, H·K) -> (n, P+T, H·K)
+            v = mt.concat([layer_cache["self_v"], v], axis=1)
         layer_cache["self_k"], layer_cache["self_v"] = k, v
         return self.self_attn.attend(self.self_attn.project_q(y), k, v, tgt_mask)
 
@@ -147,9 +150,9 @@ class Decoder(nn.Module):
         rows = memory.backend.xp.repeat(memory.backend.xp.arange(memory.shape[0]), beam)   # (B·beam,) sentence of each row
         layers = []
         for layer in self.layers:
-            k, v = layer.cross_attn.project_kv(memory)             # (B, H, S, K), (B, H, S, Kv)
+            k, v = layer.cross_attn.project_kv(memory)             # (B, S, H·K), (B, S, H·Kv)
             if beam > 1:
-                k, v = k[rows], v[rows]                            # (B, H, S, K) -> (B·beam, H, S, K)
+                k, v = k[rows], v[rows]                            # (B, S, H·K) -> (B·beam, S, H·K)
             layers.append({"cross_k": k, "cross_v": v, "self_k": None, "self_v": None})
         return DecoderCache(layers=layers, src_mask=src_mask[rows] if beam > 1 else src_mask, length=0)
 
@@ -158,9 +161,9 @@ class Decoder(nn.Module):
 class DecoderCache:
     """What incremental decoding keeps between steps (one entry per decoder layer).
 
-    layers[i]: "self_k"/"self_v" (n, H, P, K) keys/values of every position decoded so
-    far (grows by one position per step, so step P costs O(P)); "cross_k"/"cross_v"
-    (n, H, S, K) from the memory, fixed. src_mask (n, 1, 1, S); length = P.
+    layers[i]: "self_k"/"self_v" (n, P, H·K) keys/values of every position decoded so
+    far, heads packed (grows by one position per step, so step P costs O(P)); "cross_k"/"cross_v"
+    (n, S, H·K) from the memory, fixed. src_mask (n, 1, 1, S); length = P.
     """
 
     layers: list

@@ -3,8 +3,11 @@
 They are slower (many small ops, each saving its own intermediates) but
 obviously right; tests check the fused Functions against them, values and
 gradients. Chapters use them to show what a fused kernel computes.
+Attention's twin is the paper's Eq. (1) itself, in transformer/attention.py.
 """
 from __future__ import annotations
+
+from .fused import Dropout
 
 
 def softmax_composed(x, axis=-1, scale=1.0, mask=None):
@@ -33,6 +36,11 @@ def layer_norm_composed(x, gamma, beta, eps):
     centered = x - mean
     var = (centered * centered).mean(axis=-1, keepdims=True)
     return centered / (var + eps).sqrt() * gamma + beta
+
+
+def dropout_add_layer_norm_composed(x, s, gamma, beta, eps, p, seed):
+    """LayerNorm(x + Dropout(s)), the post-norm sub-layer connection (§3.1, §5.4)."""
+    return layer_norm_composed(x + (s if p == 0.0 else Dropout.apply(s, p=p, seed=seed)), gamma, beta, eps)
 
 
 def cross_entropy_composed(logits, targets, eps_ls, pad_idx):

@@ -6,6 +6,8 @@ themselves come from the tensor's backend (see kernels/README.md).
 """
 from __future__ import annotations
 
+import math
+
 from ..autograd import Function
 
 
@@ -92,17 +94,46 @@ class LayerNorm(Function):
 
     @staticmethod
     def forward(ctx, x, gamma, beta, *, eps):
-        ctx.param_dtype = gamma.dtype                         # float32 masters under float16 activations
-        gamma, beta = gamma.astype(x.dtype, copy=False), beta.astype(x.dtype, copy=False)
-        y, mean, rstd = ctx.backend.layernorm_forward(x, gamma, beta, eps)
-        ctx.save_for_backward(x, gamma, mean, rstd)
-        return y
+        return _layernorm_forward(ctx, x, gamma, beta, eps)
 
     @staticmethod
     def backward(ctx, grad_out):
-        x, gamma, mean, rstd = ctx.saved
-        dx, dgamma, dbeta = ctx.backend.layernorm_backward(grad_out, x, gamma, mean, rstd)
-        return dx, dgamma.astype(ctx.param_dtype, copy=False), dbeta.astype(ctx.param_dtype, copy=False)
+        return _layernorm_backward(ctx, grad_out)
+
+
+class DropoutAddLayerNorm(Function):
+    """y = LayerNorm(x + Dropout_p(s)): the paper's sub-layer connection in one Function (§3.1, §5.4).
+
+    x is the residual stream, s the sub-layer's output ("we apply dropout to the output
+    of each sub-layer, before it is added to the sub-layer input and normalized", §5.4).
+    One op instead of three (dropout, add, layernorm), each way. Backward: dz from the
+    layernorm kernel for z = x + Dropout_p(s), then dx = dz and ds = Dropout_p(dz) with
+    the same mask, regenerated from the seed. Composed twin: `dropout_add_layer_norm_composed`.
+    """
+
+    @staticmethod
+    def forward(ctx, x, s, gamma, beta, *, eps, p=0.0, seed=None):
+        ctx.p, ctx.seed = p, seed
+        return _layernorm_forward(ctx, x + _dropout(ctx.backend, s, p, seed), gamma, beta, eps)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        dz, dgamma, dbeta = _layernorm_backward(ctx, grad_out)
+        return dz, _dropout(ctx.backend, dz, ctx.p, ctx.seed), dgamma, dbeta
+
+
+def _layernorm_forward(ctx, x, gamma, beta, eps):
+    ctx.param_dtype = gamma.dtype                             # float32 masters under float16 activations
+    gamma, beta = gamma.astype(x.dtype, copy=False), beta.astype(x.dtype, copy=False)
+    y, mean, rstd = ctx.backend.layernorm_forward(x, gamma, beta, eps)
+    ctx.save_for_backward(x, gamma, mean, rstd)
+    return y
+
+
+def _layernorm_backward(ctx, grad_out):
+    x, gamma, mean, rstd = ctx.saved
+    dx, dgamma, dbeta = ctx.backend.layernorm_backward(grad_out, x, gamma, mean, rstd)
+    return dx, dgamma.astype(ctx.param_dtype, copy=False), dbeta.astype(ctx.param_dtype, copy=False)
 
 
 class CrossEntropy(Function):
@@ -139,9 +170,76 @@ class Dropout(Function):
     @staticmethod
     def forward(ctx, x, *, p, seed):
         ctx.p, ctx.seed = p, seed
-        return ctx.backend.dropout_forward(x, ctx.backend.uniform(seed, x.shape, "float32"), p)
+        return _dropout(ctx.backend, x, p, seed)
 
     @staticmethod
     def backward(ctx, grad_out):
-        u = ctx.backend.uniform(ctx.seed, grad_out.shape, "float32")
-        return ctx.backend.dropout_forward(grad_out, u, ctx.p)
+        return _dropout(ctx.backend, grad_out, ctx.p, ctx.seed)
+
+
+def _dropout(backend, x, p, seed):
+    """Inverted dropout of x with the mask drawn from `seed` (the identity when p = 0)."""
+    if p == 0.0:
+        return x
+    return backend.dropout_forward(x, backend.uniform(seed, x.shape, "float32"), p)
+
+
+class Attention(Function):
+    """Multi-head scaled dot-product attention in one Function (§3.2.1, Eq. (1); §3.2.2).
+
+    q (B, Tq, H·K), k (B, Tk, H·K), v (B, Tk, H·Kv) hold the H heads side by side in
+    the last axis, as the projections W^Q, W^K, W^V make them. Per head:
+
+        S = Q Kᵀ,  W = softmax(S/√d_k, mask),  D = Dropout_p(W),  O = D V        §3.2.1, Eq. (1)
+
+    Returns Concat(O_1, ..., O_H) (B, Tq, H·Kv), and the weights W (B, H, Tq, Tk) as aux.
+    Backward runs the four lines in reverse (W and the seed are all it keeps beyond q, k, v):
+
+        dD = dO Vᵀ,  dV = Dᵀ dO,  dW = Dropout_p(dD),  dS = softmax_backward(W, dW),  dQ = dS K,  dK = dSᵀ Q
+
+    Splitting and merging heads are views and copies inside, not graph nodes: one op each
+    way instead of the composed twin's ten (transformer.attention.scaled_dot_product_attention
+    between split_heads and merge_heads, which the tests compare against).
+    """
+
+    has_aux = True
+
+    @staticmethod
+    def forward(ctx, q, k, v, *, heads, mask=None, p=0.0, seed=None):
+        backend, xp = ctx.backend, ctx.backend.xp
+        qh, kh, vh = (split_heads(a, heads) for a in (q, k, v))               # (B, T, H·d) -> (B, H, T, d)
+        ctx.scale, ctx.p, ctx.seed = 1.0 / math.sqrt(qh.shape[-1]), p, seed
+        scores = xp.matmul(qh, xp.swapaxes(kh, -1, -2))                     # (B, H, Tq, K) @ (B, H, K, Tk)
+        weights = backend.softmax_forward(scores, ctx.scale, mask)           # §3.2.1, Eq. (1): softmax(QKᵀ/√d_k)
+        ctx.save_for_backward(qh, kh, vh, weights)
+        out = xp.matmul(_dropout(backend, weights, p, seed), vh)             # (B, H, Tq, Tk) @ (B, H, Tk, Kv)
+        return merge_heads(out), weights                                     # (B, H, Tq, Kv) -> (B, Tq, H·Kv)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        qh, kh, vh, weights = ctx.saved
+        backend, xp = ctx.backend, ctx.backend.xp
+        d_out = split_heads(grad_out, qh.shape[1])                           # (B, Tq, H·Kv) -> (B, H, Tq, Kv)
+        d_dropped = xp.matmul(d_out, xp.swapaxes(vh, -1, -2))                # dD = dO Vᵀ, (B, H, Tq, Tk)
+        d_weights = _dropout(backend, d_dropped, ctx.p, ctx.seed)            # dW: the same mask
+        d_scores = backend.softmax_backward(weights, d_weights, ctx.scale)   # dS (the 1/√d_k included)
+        need_q, need_k, need_v = ctx.needs_input_grad
+        dq = merge_heads(xp.matmul(d_scores, kh)) if need_q else None                        # dQ = dS K
+        dk = merge_heads(xp.matmul(xp.swapaxes(d_scores, -1, -2), qh)) if need_k else None   # dK = dSᵀ Q
+        dv = None
+        if need_v:
+            dropped = _dropout(backend, weights, ctx.p, ctx.seed)            # D again, from W and the seed
+            dv = merge_heads(xp.matmul(xp.swapaxes(dropped, -1, -2), d_out))                 # dV = Dᵀ dO
+        return dq, dk, dv
+
+
+def split_heads(a, heads: int):
+    """(B, T, H·d) -> (B, H, T, d): head i is columns i·d ... (i+1)·d − 1 (§3.2.2). A view."""
+    B, T, width = a.shape
+    return a.reshape(B, T, heads, width // heads).transpose(0, 2, 1, 3)
+
+
+def merge_heads(a):
+    """(B, H, T, d) -> (B, T, H·d), the inverse of split_heads: Concat(head_1, ..., head_H) (§3.2.2)."""
+    B, H, T, d = a.shape
+    return a.transpose(0, 2, 1, 3).reshape(B, T, H * d)

@@ -84,9 +84,14 @@ class Dropout(Module):
         self.rng = _rng(rng)
 
     def forward(self, x: Tensor) -> Tensor:
+        p, seed = self.draw()
+        return x if p == 0.0 else F.Dropout.apply(x, p=p, seed=seed)
+
+    def draw(self) -> tuple[float, int | None]:
+        """(p, seed) for one call; (0.0, None) in eval mode. Fused ops that drop inside take these."""
         if not self.training or self.p == 0.0:
-            return x
-        return F.Dropout.apply(x, p=self.p, seed=int(self.rng.integers(2**63 - 1)))
+            return 0.0, None
+        return self.p, int(self.rng.integers(2**63 - 1))
 
 
 class ModuleList(Module):
