@@ -84,8 +84,8 @@ class Adam(Optimizer):
 
     All parameters live in one flat float32 buffer (each `param.data` is a view
     into it), as do the moments, so one step is one concatenation of the
-    gradients plus one fused `adam_step` kernel call, not one call per
-    parameter. A parameter whose `.data` was replaced (load_state_dict, .to())
+    gradients (`gather_grads`) plus one fused `adam_step` kernel call, not one
+    call per parameter. A parameter whose `.data` was replaced (load_state_dict, .to())
     is copied back into the buffer on the next step. A missing gradient counts as zero.
     """
 
@@ -104,6 +104,7 @@ class Adam(Optimizer):
         self.m = xp.zeros(self.offsets[-1], dtype=np.float32)
         self.v = xp.zeros(self.offsets[-1], dtype=np.float32)
         self.views = [None] * len(self.params)
+        self._flat_grad = None
         self._adopt_parameters()
 
     def _slice(self, buffer, i):
@@ -117,14 +118,29 @@ class Adam(Optimizer):
                 view[...] = p.data
                 p.data = self.views[i] = view
 
+    def gather_grads(self):
+        """Every gradient in one flat float32 array laid out like the parameters (zeros where missing).
+
+        One concatenation per step, done on the first call after `zero_grad()`: the loss
+        scaler, the finiteness check and clipping then work in place on this one array
+        (one kernel each instead of one per parameter), and `step()` uses it as it finds it.
+        """
+        if self._flat_grad is None:
+            xp = self.backend.xp
+            grads = [(xp.zeros(p.size, np.float32) if p.grad is None else p.grad.reshape(-1)) for p in self.params]
+            self._flat_grad = xp.concatenate(grads).astype(np.float32, copy=False)
+        return self._flat_grad
+
+    def zero_grad(self) -> None:
+        super().zero_grad()
+        self._flat_grad = None
+
     def step(self) -> None:
         self.step_count += 1
         self._adopt_parameters()
-        xp = self.backend.xp
-        grads = [(xp.zeros(p.size, np.float32) if p.grad is None else p.grad.reshape(-1)) for p in self.params]
-        flat_grad = xp.concatenate(grads).astype(np.float32, copy=False)
-        self.backend.adam_step(self.flat, flat_grad, self.m, self.v, self.current_lr(),
+        self.backend.adam_step(self.flat, self.gather_grads(), self.m, self.v, self.current_lr(),
                                self.beta1, self.beta2, self.eps, self.step_count)
+        self._flat_grad = None
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Moments by parameter name plus the step, as NumPy arrays (checkpoint-ready)."""
@@ -147,20 +163,13 @@ class Adam(Optimizer):
         self.step_count = int(np.asarray(state["step"]))
 
 
-def clip_grad_norm(params, max_norm: float):
-    """Scale all gradients by min(1, max_norm/‖g‖) where ‖g‖ is the global L2 norm.
+def clip_grad_norm(grad, max_norm: float):
+    """Scale the flat gradient `grad` (Adam.gather_grads()) in place by min(1, max_norm/‖grad‖).
 
-    Returns the norm before clipping as a 0-d backend array (no device→host
+    Returns the L2 norm before clipping as a 0-d backend array (no device→host
     sync: read it with float() only when you log it). The paper does not clip.
     """
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
-        return 0.0
-    xp = params[0].backend.xp
-    total = xp.sqrt(sum((g.astype(np.float32) ** 2).sum() for g in grads))
+    total = grad.dot(grad) ** 0.5                             # NumPy or CuPy alike: array methods only
     if max_norm is not None and math.isfinite(max_norm):
-        scale = xp.minimum(1.0, max_norm / (total + 1e-6))
-        for p in params:
-            if p.grad is not None:
-                p.grad = p.grad * scale.astype(p.grad.dtype)
+        grad *= (max_norm / (total + 1e-6)).clip(None, 1.0).astype(grad.dtype)
     return total

@@ -67,13 +67,24 @@ def test_sgd_step():
 
 
 def test_clip_grad_norm_scales_to_max_norm():
-    a, b = nn.Parameter(np.zeros(2)), nn.Parameter(np.zeros(1))
-    a.grad, b.grad = np.array([3.0, 0.0], np.float32), np.array([4.0], np.float32)
-    norm = optim.clip_grad_norm([a, b], max_norm=1.0)
+    grad = np.array([3.0, 0.0, 4.0], np.float32)
+    norm = optim.clip_grad_norm(grad, max_norm=1.0)
     assert float(norm) == pytest.approx(5.0)
-    total = np.sqrt((a.grad ** 2).sum() + (b.grad ** 2).sum())
-    assert total == pytest.approx(1.0, rel=1e-5)
-    a.grad = np.array([0.3, 0.0], np.float32)
-    b.grad = np.array([0.4], np.float32)
-    optim.clip_grad_norm([a, b], max_norm=1.0)               # below the limit: unchanged
-    np.testing.assert_allclose(a.grad, [0.3, 0.0])
+    np.testing.assert_allclose(grad, [0.6, 0.0, 0.8], rtol=1e-5)   # scaled in place to norm 1
+    small = np.array([0.3, 0.0, 0.4], np.float32)
+    assert float(optim.clip_grad_norm(small, max_norm=1.0)) == pytest.approx(0.5)
+    np.testing.assert_allclose(small, [0.3, 0.0, 0.4])            # below the limit: unchanged
+
+
+def test_adam_gathers_gradients_once_per_step_in_parameter_order():
+    a, b, c = nn.Parameter(np.zeros((2, 2))), nn.Parameter(np.zeros(1)), nn.Parameter(np.zeros(3))
+    a.grad, c.grad = np.arange(4, dtype=np.float32).reshape(2, 2), np.full(3, 7, np.float32)
+    opt = optim.Adam([a, b, c], lr=0.1)
+    grad = opt.gather_grads()
+    np.testing.assert_array_equal(grad, [0, 1, 2, 3, 0, 7, 7, 7])    # b has no gradient: zeros
+    assert opt.gather_grads() is grad                                  # the same buffer until the step
+    grad[:] = 0.0                                                      # edits in place (unscaling, clipping) ...
+    opt.step()
+    np.testing.assert_array_equal(a.numpy(), 0.0)                      # ... are what the step uses
+    opt.zero_grad()
+    assert opt.gather_grads() is not grad

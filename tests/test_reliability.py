@@ -185,36 +185,37 @@ def test_divergence_stops_with_step_and_parameter_and_keeps_last_good_checkpoint
         assert np.isfinite(array).all()
 
 
-def grad_params(*grads) -> list:
+def flat_grad(*grads):
+    """The gradients of parameters as the training loop hands them to the scaler: Adam's flat gather."""
     params = []
     for grad in grads:
-        p = mt.tensor(np.zeros_like(grad), requires_grad=True, backend="numpy")
+        p = mt.nn.Parameter(np.zeros_like(grad))
         p.grad = np.asarray(grad, np.float32)
         params.append(p)
-    return params
+    return mt.optim.Adam(params).gather_grads()
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf + -inf in the finiteness sum is the point
 def test_loss_scaler_skips_and_backs_off_on_inf_grads():
     scaler = DynamicLossScaler(init_scale=1024.0, growth_interval=3, max_consecutive_overflows=5)
-    assert scaler.update(scaler.unscale_and_check(grad_params(np.full(4, 2048.0))))
-    bad = grad_params(np.array([1.0, np.inf]), np.array([-np.inf]))
+    assert scaler.update(scaler.unscale_and_check(flat_grad(np.full(4, 2048.0))))
+    bad = flat_grad(np.array([1.0, np.inf]), np.array([-np.inf]))
     assert not scaler.unscale_and_check(bad)
     assert not scaler.update(False)  # the step is skipped ...
     assert scaler.scale == 512.0 and scaler.skipped_steps == 1  # ... and the scale halved
-    good = grad_params(np.full(3, 512.0))
+    good = flat_grad(np.full(3, 512.0))
     assert scaler.update(scaler.unscale_and_check(good)) and scaler.consecutive_overflows == 0
-    np.testing.assert_array_equal(good[0].grad, np.ones(3, np.float32))  # unscaled by 512
+    np.testing.assert_array_equal(good, np.ones(3, np.float32))  # unscaled by 512, in place
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_loss_scaler_aborts_after_k_consecutive_overflows():
     scaler = DynamicLossScaler(init_scale=4.0, max_consecutive_overflows=4, min_scale=1.0)
     for _ in range(3):
-        assert not scaler.update(scaler.unscale_and_check(grad_params(np.array([np.nan, 1.0]))))
+        assert not scaler.update(scaler.unscale_and_check(flat_grad(np.array([np.nan, 1.0]))))
     assert scaler.scale == 1.0  # floored at min_scale
     with pytest.raises(LossScaleOverflowError, match="4 steps in a row"):
-        scaler.update(scaler.unscale_and_check(grad_params(np.array([np.inf]))))
+        scaler.update(scaler.unscale_and_check(flat_grad(np.array([np.inf]))))
 
 
 # ------------------------------------------------------------------ 4. unwritable run dir, disk full

@@ -101,7 +101,7 @@ def bench_ours(cfg: TransformerConfig, backend: str, precision: str, B: int, S: 
         out = loss_fn(model(src_dev, tgt_in), tgt_out)
         opt.zero_grad()
         (out.loss if scaler is None else scaler.scale_loss(out.loss)).backward()
-        if scaler is None or scaler.update(scaler.unscale_and_check(model.parameters())):
+        if scaler is None or scaler.update(scaler.unscale_and_check(opt.gather_grads())):
             start = time.perf_counter()
             opt.step()
             timings["adam"] += time.perf_counter() - start

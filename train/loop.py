@@ -270,7 +270,6 @@ def _train(run_config: RunConfig, run_dir: Path, backend: str, resuming: bool, r
     bar = tqdm(total=train.max_steps, initial=state.step, unit="step", dynamic_ncols=True,
                disable=not (progress and sys.stderr.isatty()))
     say = Logger(bar)
-    params = model.parameters()
     window = _Window()
     last_ckpt_time = time.perf_counter()
     stop = StopSignals()
@@ -292,13 +291,14 @@ def _train(run_config: RunConfig, run_dir: Path, backend: str, resuming: bool, r
                 step_loss = step_loss + _raw(weighted)
             log_now = (state.step + 1) % train.log_every == 0
             grad_norm = None
+            grad = optimizer.gather_grads()  # every gradient in one flat array: one kernel per check below
             if scaler is not None:  # fp16: an overflow skips the step and lowers the scale
-                do_step = scaler.update(scaler.unscale_and_check(params))
+                do_step = scaler.update(scaler.unscale_and_check(grad))
             else:  # fp32: a non-finite loss or gradient means the run diverged; stop before it spreads
-                check_finite(model, step_loss, state.step + 1, run_dir)
+                check_finite(grad, model, step_loss, state.step + 1, run_dir)
                 do_step = True
             if do_step and (train.clip_norm > 0 or log_now):
-                grad_norm = clip_grad_norm(params, train.clip_norm if train.clip_norm > 0 else math.inf)
+                grad_norm = clip_grad_norm(grad, train.clip_norm if train.clip_norm > 0 else math.inf)
             if do_step:
                 optimizer.step()
             state.step += 1

@@ -7,8 +7,8 @@ gradients are divided by it before the optimizer step. If any gradient
 overflowed (inf/nan), the step is skipped and the scale halved; after
 `growth_interval` good steps in a row the scale doubles again.
 
-The finiteness check is one reduction on the device and one host read per
-step, not one per parameter.
+The unscaling and the finiteness check work on the optimizer's one flat
+gradient: one multiply, one reduction and one host read per step, not one per parameter.
 """
 
 import math
@@ -35,24 +35,15 @@ class DynamicLossScaler:
         """The loss times the scale (a Tensor in, a Tensor out: backward sees the scaled graph)."""
         return loss * self.scale
 
-    def unscale_and_check(self, params) -> bool:
-        """Divide every gradient by the scale; True if all of them are finite.
+    def unscale_and_check(self, grad) -> bool:
+        """Divide the flat gradient (Adam.gather_grads()) by the scale in place; True if it is all finite.
 
-        One device reduction: the sum of every gradient's sum is finite exactly
-        when no element is inf or nan (inf - inf is nan, which also fails),
-        barring an fp32 overflow of the sum itself, which is also a reason to skip.
+        Two kernels and one host read: the sum is finite exactly when no element
+        is inf or nan (inf − inf is nan, which also fails), barring an fp32
+        overflow of the sum itself, which is also a reason to skip.
         """
-        grads = [p for p in params if p.grad is not None]
-        if not grads:
-            return True
-        xp = grads[0].backend.xp
-        inv = 1.0 / self.scale
-        total = None
-        for p in grads:
-            p.grad = p.grad.astype(np.float32, copy=False) * np.float32(inv)
-            part = p.grad.sum(dtype=np.float32)
-            total = part if total is None else total + part
-        return bool(xp.isfinite(total))  # the single host sync
+        grad *= np.float32(1.0 / self.scale)
+        return bool(np.isfinite(float(grad.sum())))  # the single host sync
 
     def update(self, finite: bool) -> bool:
         """Record one step's outcome; returns whether the optimizer should step."""
