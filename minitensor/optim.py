@@ -171,5 +171,5 @@ def clip_grad_norm(grad, max_norm: float):
     """
     total = grad.dot(grad) ** 0.5                             # NumPy or CuPy alike: array methods only
     if max_norm is not None and math.isfinite(max_norm):
-        grad *= (max_norm / (total + 1e-6)).clip(None, 1.0).astype(grad.dtype)
+        grad *= (max_norm / (total + 1e-6)).clip(0.0, 1.0).astype(grad.dtype)
     return total

@@ -114,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--warmup", type=int, default=2, help="untimed steps after the first (default 2)")
     bench.add_argument("--batch", type=int, default=None, help="sentences per batch (default: the preset's)")
     bench.add_argument("--no-peer", action="store_true", help="do not run the PyTorch peer")
+    bench.add_argument("--profile", action="store_true", default=None,
+                       help="time each Function (synchronizing after each op on a GPU); on by default on the CPU")
     bench.add_argument("--json", action="store_true", help="print one JSON object (step_ms, tgt_tok_s, "
                                                             "peak_mem_bytes, peer_step_ms, ratio, ...)")
     _add_debug(bench)
@@ -159,7 +161,7 @@ def _dispatch(args) -> int:
         cuda = args.device in ("cuda", "cupy", "gpu")
         bench.run(args.preset or ("base" if cuda else "cpu"), device=args.device, precision=args.precision,
                   steps=args.steps, warmup=args.warmup, peer=not args.no_peer, batch=args.batch,
-                  as_json=args.json)
+                  profile=args.profile, as_json=args.json)
         return 0
     if args.command == "translate":
         return commands.translate(args)

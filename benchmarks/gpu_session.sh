@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Every GPU measurement issue #6 asks for, in as few device calls as fit the 10-minute limit.
+# Run on the device machine from the repo root; results land in $OUT (or ./gpu_out):
+#   bash benchmarks/gpu_session.sh check     # GPU tests + kernel bandwidth table       (~5 min)
+#   bash benchmarks/gpu_session.sh step      # base step fp32/fp16 vs PyTorch, per-op profile (~4 min)
+#   bash benchmarks/gpu_session.sh multi30k  # fp16 and fp32 Multi30k runs + test BLEU  (~9 min; needs ../shared/data)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-gpu_out}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
+pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || pip install -q --no-deps -e .
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/gpu.csv"
+
+case "${1:-check}" in
+check)
+  python -m pytest -q -p no:cacheprovider -x -m "gpu or not gpu" tests/kernels tests/test_backends.py \
+      tests/test_fused_vs_composed.py tests/test_gradcheck_ops.py tests/transformer 2>&1 | tail -5 | tee "$out/tests.txt"
+  PYTHONPATH=. python benchmarks/bench_gpu_kernels.py --json "$out/kernels.json" 2>&1 | tee "$out/kernels.txt"
+  ;;
+step)
+  for precision in fp32 fp16; do
+    python -m train bench --device cuda --precision "$precision" --steps 10 --json | tee "$out/step_$precision.json"
+  done
+  python -m train bench --device cuda --precision fp16 --steps 3 --no-peer --profile | tee "$out/profile_fp16.txt"
+  python -m train bench --device cuda --precision fp16 --batch 2 --steps 10 --no-peer | tee "$out/host_bound_fp16.txt"
+  ;;
+multi30k)
+  for precision in fp16 fp32; do
+    run=runs/multi30k_$precision
+    python -m train fit --config configs/multi30k.toml --backend cuda --set train.precision=$precision \
+        --run-dir "$run" --force --no-progress 2>&1 | tail -4
+    python -m train average "$run" --last 5 --out "$run/avg.safetensors" --force
+    python -m train evaluate --ckpt "$run/avg.safetensors" --backend cuda \
+        --src ../shared/data/multi30k/test_2016_flickr.en.gz --ref ../shared/data/multi30k/test_2016_flickr.de.gz \
+        | tee "$out/bleu_$precision.txt"
+  done
+  ;;
+*) echo "usage: $0 check|step|multi30k" >&2; exit 2 ;;
+esac
