@@ -137,6 +137,41 @@ def test_sigkill_at_20_random_moments_leaves_only_valid_checkpoints_and_resumes(
     assert not list(run_dir.glob("*.tmp*")), "leftover temporary files were not cleaned up"
 
 
+def prepared_files(run_dir: Path) -> dict:
+    """Every file preparation writes (task text, tokenizer, corpus cache) by its bytes' hash.
+
+    cache/*/meta.json is left out: it records the input files' paths and mtimes, which differ per run dir.
+    """
+    import hashlib
+    return {str(p.relative_to(run_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for pattern in ("data/*", "tokenizer.*", "cache/*/*") for p in run_dir.glob(pattern)
+            if p.is_file() and p.name != "meta.json"}
+
+
+@pytest.mark.parametrize("stage, busy", [("task text", "data/*.tmp-*"), ("tokenizer", "data/test.de"),
+                                         ("corpus cache", "cache/train/*.raw")])
+def test_sigkill_during_data_preparation_then_rerun_prepares_the_same_files(tmp_path, stage, busy):
+    """Kill -9 while the task, the tokenizer or the corpus cache is being written; the rerun must not
+    trust a half-written file: it ends with exactly the files of a run that was never interrupted."""
+    extra = ("task.n_train=20000", "train.max_steps=1")
+    reference, run_dir = tmp_path / "reference", tmp_path / "killed"
+    done = subprocess.run(fit_cmd(reference, *extra), capture_output=True, cwd=ROOT, env=ENV, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+    proc = subprocess.Popen(fit_cmd(run_dir, *extra), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            cwd=ROOT, env=ENV)
+    try:
+        wait_until(lambda: any(run_dir.glob(busy)) or proc.poll() is not None, 60, poll=0)
+        proc.kill()
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL, f"the run finished before a kill during the {stage}"
+    assert not (run_dir / "cache" / "train" / "meta.json").exists(), f"killed after the {stage}, not during it"
+    done = subprocess.run(fit_cmd(run_dir, *extra), capture_output=True, cwd=ROOT, env=ENV, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+    assert prepared_files(run_dir) == prepared_files(reference)
+    assert not list(run_dir.rglob("*.tmp*")) and not list(run_dir.rglob("*.raw")), "partial files left behind"
+
+
 # ------------------------------------------------------------------ 2. graceful stop
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
 def test_signal_finishes_step_writes_checkpoint_and_exits_0(tmp_path, signame):

@@ -149,6 +149,20 @@ def peak_rss_bytes() -> int:
     return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
 
 
+def write_atomic(path: str | Path, data: bytes) -> None:
+    """Write `data` to `path` so that a reader (or a rerun after a kill) sees the old file or the whole new one.
+
+    The bytes go to a temporary file beside `path`, which is then renamed onto it.
+    """
+    path = Path(path)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 # ------------------------------------------------------- memory-mapped corpus
 class _ArrayWriter:
     """Appends int arrays to a raw file, then turns it into a `.npy` of known length."""
@@ -254,9 +268,7 @@ class TokenizedCorpus:
         cache.mkdir(parents=True, exist_ok=True)
         stats = cls._write_arrays(src_path, tgt_path, tokenizer, cache, chunk_lines)
         meta = dict(expected, stats=stats.__dict__)
-        tmp = cache / "meta.json.tmp"
-        tmp.write_text(json.dumps(meta, indent=1), encoding="utf-8")
-        os.replace(tmp, meta_path)  # atomic: a crash never leaves a half-valid cache
+        write_atomic(meta_path, json.dumps(meta, indent=1).encode("utf-8"))  # last: marks the cache complete
         return cls(cache)
 
     @staticmethod

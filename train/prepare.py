@@ -117,6 +117,7 @@ def read_split(paths: tuple[Path, Path], tokenizer: Tokenizer, limit: int, log=p
 
 def prepare(config: RunConfig, run_dir: Path, log=print) -> Prepared:
     run_dir = Path(run_dir)
+    _remove_partial_files(run_dir)
     paths = resolve_paths(config.task, run_dir)
     tokenizer = load_or_train_tokenizer(config, run_dir, paths["train"], log)
     corpus = TokenizedCorpus.build(*paths["train"], tokenizer, run_dir / "cache" / "train")
@@ -134,6 +135,14 @@ def prepare(config: RunConfig, run_dir: Path, log=print) -> Prepared:
     valid = read_split(paths["valid"], tokenizer, limit, log)
     test = read_split(paths["test"], tokenizer, limit, log) if paths.get("test") else None
     return Prepared(tokenizer, corpus, index, batches, valid, test, paths)
+
+
+def _remove_partial_files(run_dir: Path) -> None:
+    """Delete what a killed preparation left half written: temporaries of atomic writes (*.tmp-<pid>)
+    and raw id streams of an unfinished corpus cache (cache/*/*.raw). None of them is ever read."""
+    for pattern in ("*.tmp-*", "data/*.tmp-*", "cache/*/*.tmp-*", "cache/*/*.raw"):
+        for stale in run_dir.glob(pattern):
+            stale.unlink(missing_ok=True)
 
 
 def make_model_inputs(src_ids, tgt_ids) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -54,6 +54,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from train.data import write_atomic
+
 SPLITS = ("train", "valid", "test")
 
 
@@ -266,15 +268,17 @@ def write_task(out_dir: str | Path, seed: int = 0, n_train: int = 20_000, n_vali
                n_test: int = 500) -> dict[str, tuple[Path, Path]]:
     """Write `<split>.en` and `<split>.de` (one sentence a line, UTF-8) into `out_dir`.
 
-    Returns {split: (english_path, german_path)}.
+    Returns {split: (english_path, german_path)}. Each file is written whole or not at
+    all, test.de last: its presence means the task is complete (prepare.resolve_paths).
     """
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     task = make_number_task(seed, n_train, n_valid, n_test)
     paths = {}
     for split, pairs in task.items():
         en_path, de_path = out / f"{split}.en", out / f"{split}.de"
-        en_path.write_text("".join(en + "\n" for en, _ in pairs), encoding="utf-8")
-        de_path.write_text("".join(de + "\n" for _, de in pairs), encoding="utf-8")
+        write_atomic(en_path, "".join(en + "\n" for en, _ in pairs).encode("utf-8"))
+        write_atomic(de_path, "".join(de + "\n" for _, de in pairs).encode("utf-8"))
         paths[split] = (en_path, de_path)
     return paths

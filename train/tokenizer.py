@@ -20,7 +20,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from train.data import iter_lines
+from train.data import iter_lines, write_atomic
 from train.errors import InputError
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
@@ -92,7 +92,7 @@ class Tokenizer:
             message = str(err).splitlines()[0] if str(err) else "unknown error"
             raise InputError(f"tokenizer training failed: {message}") from None
         model_path = prefix.with_name(prefix.name + ".model")
-        model_path.write_bytes(model.getvalue())
+        write_atomic(model_path, model.getvalue())  # a kill mid-write must not leave a model to reuse
         tokenizer = cls(model_path)
         sp = tokenizer.processor  # a readable `<prefix>.vocab` beside it: piece<TAB>score
         vocab = "".join(f"{sp.id_to_piece(i)}\t{sp.get_score(i)}\n"

@@ -10,8 +10,10 @@ File layout (the safetensors format, https://github.com/huggingface/safetensors)
     rest      the tensors' raw little-endian bytes, C order; offsets are relative to here
 
 `__metadata__` holds our metadata as JSON text under "json", plus "sha256" (hash of
-all tensor bytes) and "sha256_tensors" (JSON {name: hash}) so that a bad byte is
-blamed on the tensor that holds it. The API works on plain NumPy dicts; the model
+all tensor bytes), "sha256_tensors" (JSON {name: hash}) so that a bad byte is
+blamed on the tensor that holds it, and "sha256_header" (hash of every other header
+entry, canonical JSON) so that a changed digit in a shape or in the metadata, which
+still parses, is caught too. The API works on plain NumPy dicts; the model
 and optimizer convert their state to and from these.
 """
 
@@ -82,6 +84,7 @@ def save_checkpoint(path: str | Path, tensors: dict[str, np.ndarray], metadata: 
         "sha256": _sha256(b"".join(arrays)),
         "sha256_tensors": json.dumps({name: _sha256(data) for name, data in zip(names, arrays)}),
     }
+    header["__metadata__"]["sha256_header"] = _header_digest(header)
     header_bytes = json.dumps(header, separators=(",", ":")).encode("utf-8")
     header_bytes += b" " * (-len(header_bytes) % 8)  # pad so the tensor bytes start 8-aligned
 
@@ -99,6 +102,13 @@ def save_checkpoint(path: str | Path, tensors: dict[str, np.ndarray], metadata: 
         if tmp.exists():
             tmp.unlink()
     _fsync_dir(path.parent)
+
+
+def _header_digest(header: dict) -> str:
+    """sha256 of the header in canonical JSON, without the digest itself."""
+    meta = {k: v for k, v in header.get("__metadata__", {}).items() if k != "sha256_header"}
+    canonical = dict(header, __metadata__=meta)
+    return _sha256(json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode("utf-8"))
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -177,9 +187,12 @@ def load_checkpoint(path: str | Path, verify: bool = True) -> tuple[dict[str, np
     with open(path, "rb") as f:
         buf = bytearray(f.read())
     header, start = _read_header(path, buf)
-    raw_meta = header.pop("__metadata__", None) or {}
+    raw_meta = header.get("__metadata__") or {}
     if not isinstance(raw_meta, dict):
         raise CheckpointError(f"{path.name}: __metadata__ is not a JSON object")
+    if verify and "sha256_header" in raw_meta and _header_digest(header) != raw_meta["sha256_header"]:
+        raise CheckpointError(f"{path.name}: header fails its sha256 check (a shape, offset or metadata changed)")
+    header.pop("__metadata__", None)
     tensors = {name: _tensor_view(path, buf, start, name, info) for name, info in sorted(header.items())}
     if verify:
         _verify(path, buf, start, header, raw_meta)

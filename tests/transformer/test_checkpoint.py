@@ -167,6 +167,19 @@ def test_bad_header_json(tmp_path):
         load_checkpoint(path)
 
 
+@pytest.mark.parametrize("old, new", [(b'step\\": 1200', b'step\\": 1800'), (b'"shape":[2,4]', b'"shape":[4,2]')])
+def test_header_edit_that_still_parses_fails_the_header_check(tmp_path, old, new):
+    path = tmp_path / "ckpt.safetensors"
+    save_checkpoint(path, {"w": np.ones((2, 4), np.float32)}, {"step": 1200})
+    raw = path.read_bytes()
+    assert old in raw
+    path.write_bytes(raw.replace(old, new))
+    with pytest.raises(CheckpointError, match=r"ckpt.safetensors: header fails its sha256 check"):
+        load_checkpoint(path)
+    _, meta = load_checkpoint(path, verify=False)             # opt out: the edited header is read as it is
+    assert meta["step"] in (1200, 1800)
+
+
 def test_header_shape_disagreeing_with_offsets_names_tensor(tmp_path):
     header = json.dumps({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}).encode()
     header += b" " * (-len(header) % 8)
