@@ -191,7 +191,9 @@ def run(preset: str = "cpu", device: str | None = None, precision: str = "fp32",
     profile = (backend != "cuda") if profile is None else profile
     ours = bench_ours(cfg, backend, precision, B, S, T, steps, warmup, profile)
     result = dict(ours, preset=preset, batch=[B, S, T])
-    if peer:
+    if not peer:
+        result["peer_error"] = "not asked for (--no-peer)"
+    else:
         theirs = bench_peer(cfg, "cuda" if backend == "cuda" else "cpu", precision, B, S, T, steps, warmup)
         if theirs and "step_ms" in theirs:
             result.update(peer_step_ms=theirs["step_ms"], peer_tgt_tok_s=theirs["tgt_tok_s"],
@@ -216,7 +218,7 @@ def format_report(r: dict) -> str:
                      f"peak {gib(r['peer_peak_mem_bytes'])}  ({r['peer_precision']})")
         lines.append(f"  ratio (torch ms / ours ms): {r['ratio']:.2f}  ({'we are faster' if r['ratio'] >= 1 else 'torch is faster'})")
     elif "peer_error" in r:
-        lines.append(f"  torch peer failed: {r['peer_error']}")
+        lines.append(f"  torch peer not run: {r['peer_error']}")
     else:
         lines.append("  torch peer: not run (torch not importable)")
     if r.get("op_ms"):
