@@ -19,6 +19,7 @@ check)
   PYTHONPATH=. python benchmarks/bench_gpu_kernels.py --json "$out/kernels.json" 2>&1 | tee "$out/kernels.txt"
   ;;
 step)
+  PYTHONPATH=. python benchmarks/bench_bias_grad.py | tee "$out/bias_grad.txt"
   for precision in fp32 fp16; do
     python -m train bench --device cuda --precision "$precision" --steps 10 --json | tee "$out/step_$precision.json"
   done
