@@ -203,7 +203,7 @@ class Attention(Function):
         dD = dO Vᵀ,  dV = Dᵀ dO,  dW = Dropout_p(dD),  dS = softmax_backward(W, dW),  dQ = dS K,  dK = dSᵀ Q
 
     Splitting and merging heads are views and copies inside, not graph nodes: one op each
-    way instead of the composed twin's ten (transformer.attention.scaled_dot_product_attention
+    way instead of the composed twin's twelve (transformer.attention.scaled_dot_product_attention
     between split_heads and merge_heads, which the tests compare against).
     """
 
