@@ -28,6 +28,8 @@ step)
   python -m train bench --device cuda --precision fp16 --batch 2 --steps 10 --no-peer | tee "$out/host_bound_fp16.txt"
   ;;
 multi30k)
+  # the device gets the repo only: carry a copy of ../shared/data/multi30k as .device_data/multi30k
+  [ -d ../shared/data/multi30k ] || { mkdir -p ../shared/data && cp -r .device_data/multi30k ../shared/data/; }
   for precision in ${2:-fp16 fp32}; do
     run=runs/multi30k_$precision
     python -m train fit --config configs/multi30k.toml --backend cuda --set train.precision=$precision \
