@@ -2,7 +2,8 @@
 //
 // v1: naive port of the reference: one thread per row, three passes (max, sum, write)
 // v2: one warp per row: online max+sum in one read pass (shuffles), then a write pass
-// v3: one warp per row with the row held in registers: x read once, y written once
+// v3: one warp per row with the row held in registers: x read once, y written once; x and the
+//     mask are loaded independently (x is not skipped where blocked), so neither waits on the other
 // v4: v3 with ROWS rows per warp (short rows, L <= 128): ROWS*VPT independent loads in flight
 //
 // Shapes: L = keys per row, rows = prod(x.shape[:-1]) seen as (d0, d1, d2) for the mask.
@@ -142,7 +143,10 @@ __global__ void softmax_forward_v3(T* __restrict__ y, const T* __restrict__ x,
     for (int i = 0; i < VPT; ++i) {  // VPT independent loads in flight per lane
         const int j = lane + 32 * i;
         v[i] = neg_inf<A>();
-        if (j < L && !(has_mask && mr[j * ms3])) v[i] = scale * load(xr[j]);
+        if (j < L) {  // x is read whether or not the mask blocks it: the two loads do not wait on each other
+            const A xv = scale * load(xr[j]);
+            v[i] = (has_mask && mr[j * ms3]) ? neg_inf<A>() : xv;
+        }
         m = max_(m, v[i]);
     }
     for (int offset = 16; offset > 0; offset >>= 1) m = max_(m, __shfl_xor_sync(0xffffffffu, m, offset));
@@ -184,7 +188,10 @@ __global__ void softmax_forward_v4(T* __restrict__ y, const T* __restrict__ x,
         for (int i = 0; i < VPT; ++i) {
             const int j = lane + 32 * i;
             v[k][i] = neg_inf<A>();
-            if (live && j < L && !(has_mask && mr[j * ms3])) v[k][i] = scale * load(x[r * L + j]);
+            if (live && j < L) {  // as in v3: the x and mask loads are independent
+                const A xv = scale * load(x[r * L + j]);
+                v[k][i] = (has_mask && mr[j * ms3]) ? neg_inf<A>() : xv;
+            }
             m[k] = max_(m[k], v[k][i]);
         }
     }
