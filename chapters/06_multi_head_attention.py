@@ -169,9 +169,10 @@ assert len(set(costs.values())) == 1, "§3.2.2: total cost independent of h when
 # a permute and reshape to merge. Each node is a Python call forward and
 # backward, and on a GPU at least one kernel launch each way: for the base
 # model's 18 attentions that is most of a training step's op count.
-# `MultiHeadAttention` therefore runs Eq. (1) for all heads as one Function,
-# `minitensor.functions.Attention`, whose backward is the chain rule through
-# its four lines written out by hand:
+# With `TransformerConfig(impl="fused")`, `MultiHeadAttention` therefore runs Eq. (1)
+# for all heads as one Function, `transformer.fused.Attention` (the default,
+# `impl="composed"`, runs the op-by-op code above), whose backward is the chain
+# rule through its four lines written out by hand:
 #
 #     S = QKᵀ, W = softmax(S/√d_k), D = Dropout(W), O = DV
 #     dD = dO Vᵀ, dV = Dᵀ dO, dW = Dropout(dD), dS = softmax'(W, dW), dQ = dS K, dK = dSᵀ Q
@@ -180,8 +181,8 @@ assert len(set(costs.values())) == 1, "§3.2.2: total cost independent of h when
 # `split_heads` and `merge_heads`), values and gradients, and with finite differences.
 
 # %%
-from minitensor.functions import Attention
 from transformer.attention import merge_heads, scaled_dot_product_attention, split_heads
+from transformer.fused import Attention
 
 q64, k64, v64 = (mt.tensor(rng.standard_normal((1, 3, H * 2)), requires_grad=True, dtype="float64") for _ in range(3))
 fused, _ = Attention.apply(q64, k64, v64, heads=H)
@@ -195,7 +196,7 @@ assert mt.gradcheck(lambda a, b, c: Attention.apply(a, b, c, heads=H)[0], q64, k
 # %% [markdown]
 # ## Summary
 # - Multi-head attention = h attentions on learned D→D/h projections, concatenated, then W^O.
-# - The library stores the h projections as one (D, H·K) matrix and runs all heads, split and merge included, as one fused Function: 5 graph nodes per attention instead of 16.
+# - The library stores the h projections as one (D, H·K) matrix; with impl="fused" it runs all heads, split and merge included, as one Function: 5 graph nodes per attention instead of 16.
 # - Attention is permutation-equivariant; order has to come from positional encodings.
 #
 # ## Exercises

@@ -187,7 +187,7 @@ def greedy_exact_match(hypotheses, src):
 def train_copy(forward, params, max_steps, val, rng, target=0.99, greedy=None):
     """Adam + Noam (§5.3); stops early once greedy (or teacher-forced) accuracy reaches `target`."""
     opt = optim.Adam(params, lr=optim.NoamSchedule(d_model=32, warmup=100, factor=0.7))
-    loss_fn = LabelSmoothingLoss(eps_ls=0.0, pad_idx=PAD)
+    loss_fn = LabelSmoothingLoss(eps_ls=0.0, pad_id=PAD)
     for step in range(1, max_steps + 1):
         s, ti, to = copy_batch(64, rng)
         opt.zero_grad()

@@ -82,7 +82,7 @@ logits = rng.standard_normal((B, T, V)) * 2
 targets = rng.integers(1, V, size=(B, T))
 targets[0, 3:] = PAD                                                  # a shorter sentence
 targets[2, 4:] = PAD
-lib = LabelSmoothingLoss(eps_ls=eps, pad_idx=PAD)(mt.tensor(logits, dtype="float64"), targets)
+lib = LabelSmoothingLoss(eps_ls=eps, pad_id=PAD)(mt.tensor(logits, dtype="float64"), targets)
 dense = smoothed_loss_dense(logits, targets, eps, PAD)
 closed, nll_sum, n_tokens = closed_form_smoothed_loss(logits, targets, eps, PAD)
 print(f"loss: library {lib.loss.item():.6f}, dense {dense:.6f}, closed form {closed:.6f}; tokens {lib.n_tokens}")
@@ -111,7 +111,7 @@ mt.assert_close(float(lib.nll_sum), -gold_logp[targets != PAD].sum(), name="true
 
 # %%
 leaf = mt.tensor(logits, requires_grad=True, dtype="float64")
-LabelSmoothingLoss(eps_ls=eps, pad_idx=PAD)(leaf, targets).loss.backward()
+LabelSmoothingLoss(eps_ls=eps, pad_id=PAD)(leaf, targets).loss.backward()
 p = np.exp(log_softmax(logits))
 expected_grad = (p - q_check.reshape(B, T, V)) * real.reshape(B, T, 1) / real.sum()
 
@@ -186,7 +186,7 @@ def check_smoothed_loss(smoothed_loss) -> None:
         z = check_rng.standard_normal((2, 6, 9)) * 3
         t = check_rng.integers(1, 9, size=(2, 6))
         t[1, 2:] = PAD
-        ref = LabelSmoothingLoss(eps_ls=e, pad_idx=PAD)(mt.tensor(z, dtype="float64"), t).loss.item()
+        ref = LabelSmoothingLoss(eps_ls=e, pad_id=PAD)(mt.tensor(z, dtype="float64"), t).loss.item()
         assert np.isclose(float(smoothed_loss(z, t, e, PAD)), ref, rtol=1e-9), f"ε = {e}"
 
 

@@ -147,7 +147,7 @@ model = Transformer(config, np.random.default_rng(0))
 n_steps = 160 if FAST else 1500
 opt = optim.Adam(model.named_parameters(), lr=optim.NoamSchedule(config.d_model, warmup=100 if FAST else 400,
                                                                  factor=2.0))
-loss_fn = LabelSmoothingLoss(eps_ls=config.eps_ls, pad_idx=PAD_ID)
+loss_fn = LabelSmoothingLoss(eps_ls=config.eps_ls, pad_id=PAD_ID)
 order = np.random.default_rng(1).permutation(len(batches))
 history, start = [], time.perf_counter()
 model.train()

@@ -5,14 +5,13 @@
     y = (x * x).sum()
     y.backward()          # x.grad == 2x
 
-Backends: "numpy" (the reference), "numba" (compiled CPU kernels), "cupy"
-(NVIDIA GPU); "cpu" picks numba when it imports. See backends/.
+Backends: "numpy" (the reference, and the default), "numba" (compiled CPU
+kernels), "cupy" (NVIDIA GPU); "cpu" picks numba when it imports. See backends/.
 """
 from . import functions, nn, optim
 from .autograd import Function, backward, is_grad_enabled, no_grad
 from .backends import available, get_backend, why_unavailable
-from .functions.composed import (cross_entropy_composed, dropout_add_layer_norm_composed, layer_norm_composed,
-                                 log_softmax_composed, softmax_composed)
+from .functions.composed import cross_entropy_composed, layer_norm_composed, log_softmax_composed, softmax_composed
 from .tensor import Tensor, concat, matmul, ones, stack, tensor, where, zeros
 from .testing import assert_close, gradcheck
 
@@ -22,5 +21,4 @@ __all__ = [
     "get_backend", "available", "why_unavailable",
     "gradcheck", "assert_close", "functions", "nn", "optim",
     "softmax_composed", "log_softmax_composed", "layer_norm_composed", "cross_entropy_composed",
-    "dropout_add_layer_norm_composed",
 ]

@@ -7,14 +7,17 @@ builds the graph. Each Tensor made by `apply` remembers its Context (the
 function, the parent Tensors, whatever forward saved), and `backward()` walks
 those Contexts in reverse topological order applying the chain rule.
 
-The one piece of global state in minitensor is the grad-mode switch behind
-`no_grad()`; it is restored even when the body raises.
+Process-wide state here is the grad-mode switch behind `no_grad()` (restored even
+when the body raises). The other process-wide state of minitensor is in backends/:
+one instance per backend, and the Numba backend's threading layer, set when that
+backend is first created.
 """
 from __future__ import annotations
 
 import contextlib
+import inspect
 
-_grad_enabled = True  # the only module-level state: see no_grad()
+_grad_enabled = True  # the grad-mode switch: see no_grad()
 
 
 def is_grad_enabled() -> bool:
@@ -41,14 +44,22 @@ class Context:
     Context, and an input that needs no gradient as None. Intermediate Tensors
     are not kept, so their arrays are freed as soon as the forward code drops
     them; only what `save_for_backward` keeps survives until backward.
+    What else backward needs is already here: the inputs' shapes and dtypes, and
+    `params`, the keyword arguments forward was called with (an axis, a scale, a seed).
+    `__slots__`: a graph holds one Context per op, and nothing else may be stashed on it.
     """
 
-    def __init__(self, function, inputs, backend):
+    __slots__ = ("function", "backend", "params", "needs_input_grad", "parents", "input_shapes",
+                 "input_dtypes", "saved", "consumed")
+
+    def __init__(self, function, inputs, backend, params):
         self.function = function
         self.backend = backend            # backward does its math through this
+        self.params = params              # forward's keyword arguments
         self.needs_input_grad = tuple(t.requires_grad for t in inputs)
         self.parents = tuple((t if t._ctx is None else t._ctx) if t.requires_grad else None for t in inputs)
         self.input_shapes = tuple(t.data.shape for t in inputs)
+        self.input_dtypes = tuple(t.data.dtype for t in inputs)
         self.saved = ()
         self.consumed = False
 
@@ -65,6 +76,12 @@ class Function:
     """
 
     has_aux = False
+    defaults: dict = {}      # forward's keyword defaults, so ctx.params always holds every keyword
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.defaults = {name: p.default for name, p in inspect.signature(cls.forward).parameters.items()
+                        if p.kind is p.KEYWORD_ONLY and p.default is not p.empty}
 
     @staticmethod
     def forward(ctx: Context, *arrays, **params):
@@ -84,7 +101,7 @@ class Function:
                 raise ValueError(
                     f"{cls.__name__}: inputs live on different backends "
                     f"({backend.name} and {t.backend.name}); move them with .to() first")
-        ctx = Context(cls, inputs, backend)
+        ctx = Context(cls, inputs, backend, {**cls.defaults, **params} if cls.defaults else params)
         result = cls.forward(ctx, *(t.data for t in inputs), **params)
         out, aux = result if cls.has_aux else (result, None)
         requires_grad = _grad_enabled and any(ctx.needs_input_grad)
@@ -153,4 +170,4 @@ def backward(root, grad_out=None) -> None:
                                    f"{g.shape} for an input of shape {shape}")
             key = id(parent)
             grads[key] = g if key not in grads else grads[key] + g
-        node.saved, node.consumed = (), True  # free the saved arrays as soon as they are used
+        node.saved, node.params, node.consumed = (), None, True  # free what it kept as soon as it is used

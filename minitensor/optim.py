@@ -82,8 +82,8 @@ class SGD(Optimizer):
 class Adam(Optimizer):
     """Adam (Kingma & Ba) with bias correction; the paper's β₁=0.9, β₂=0.98, ε=1e−9 (§5.3).
 
-    All parameters live in one flat float32 buffer (each `param.data` is a view
-    into it), as do the moments, so one step is one concatenation of the
+    All parameters live in one flat buffer of their common dtype (float32 masters,
+    or float64 for exact checks; each `param.data` is a view into it), as do the moments, so one step is one concatenation of the
     gradients (`gather_grads`) plus one fused `adam_step` kernel call, not one
     call per parameter. A parameter whose `.data` was replaced (load_state_dict, .to())
     is copied back into the buffer on the next step. A missing gradient counts as zero.
@@ -93,16 +93,16 @@ class Adam(Optimizer):
         super().__init__(params, lr)
         self.beta1, self.beta2 = betas
         self.eps = eps
-        self.backend = self.params[0].backend
+        self.backend, self.dtype = self.params[0].backend, self.params[0].dtype
         for name, p in self.named_params:
-            if p.backend is not self.backend or p.dtype != np.float32:
+            if p.backend is not self.backend or p.dtype != self.dtype or p.dtype not in (np.float32, np.float64):
                 raise ValueError(f"Adam: parameter {name!r} is {p.dtype} on {p.backend.name}; all parameters "
-                                 f"must be float32 on {self.backend.name}")
+                                 f"must be float32 (or all float64) on {self.backend.name}")
         self.offsets = np.cumsum([0] + [p.size for p in self.params]).tolist()
         xp = self.backend.xp
-        self.flat = xp.empty(self.offsets[-1], dtype=np.float32)
-        self.m = xp.zeros(self.offsets[-1], dtype=np.float32)
-        self.v = xp.zeros(self.offsets[-1], dtype=np.float32)
+        self.flat = xp.empty(self.offsets[-1], dtype=self.dtype)
+        self.m = xp.zeros(self.offsets[-1], dtype=self.dtype)
+        self.v = xp.zeros(self.offsets[-1], dtype=self.dtype)
         self.views = [None] * len(self.params)
         self._flat_grad = None
         self._adopt_parameters()
@@ -119,7 +119,7 @@ class Adam(Optimizer):
                 p.data = self.views[i] = view
 
     def gather_grads(self):
-        """Every gradient in one flat float32 array laid out like the parameters (zeros where missing).
+        """Every gradient in one flat array of the parameters' dtype, laid out like them (zeros where missing).
 
         One concatenation per step, done on the first call after `zero_grad()`: the loss
         scaler, the finiteness check and clipping then work in place on this one array
@@ -127,8 +127,8 @@ class Adam(Optimizer):
         """
         if self._flat_grad is None:
             xp = self.backend.xp
-            grads = [(xp.zeros(p.size, np.float32) if p.grad is None else p.grad.reshape(-1)) for p in self.params]
-            self._flat_grad = xp.concatenate(grads).astype(np.float32, copy=False)
+            grads = [(xp.zeros(p.size, self.dtype) if p.grad is None else p.grad.reshape(-1)) for p in self.params]
+            self._flat_grad = xp.concatenate(grads).astype(self.dtype, copy=False)
         return self._flat_grad
 
     def zero_grad(self) -> None:
@@ -159,7 +159,7 @@ class Adam(Optimizer):
                 if tuple(value.shape) != p.shape:
                     raise ValueError(f"optimizer state {key!r} has shape {tuple(value.shape)}, "
                                      f"parameter has {p.shape}")
-                self._slice(buffer, i)[...] = self.backend.asarray(np.array(value, dtype=np.float32))
+                self._slice(buffer, i)[...] = self.backend.asarray(np.array(value, dtype=self.dtype))
         self.step_count = int(np.asarray(state["step"]))
 
 

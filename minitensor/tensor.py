@@ -2,7 +2,8 @@
 
 Every operator calls `Function.apply`, which records the graph; `backward()`
 walks it (autograd.py). float32 is the default dtype; ask for float64 for
-gradient checks. Broadcasting is explicit: an input that needs a gradient and
+gradient checks. The default backend is "numpy", the readable reference; ask
+for "numba"/"cpu" (compiled CPU kernels) or "cuda" explicitly. Broadcasting is explicit: an input that needs a gradient and
 has a smaller shape is first `expand`ed (movement.Expand), whose backward sums
 the gradient back over the broadcast axes.
 """
@@ -21,7 +22,7 @@ class Tensor:
 
     def __init__(self, data, requires_grad: bool = False, backend: str | Backend | None = None,
                  dtype=None):
-        self.backend = get_backend("cpu" if backend is None else backend)
+        self.backend = get_backend("numpy" if backend is None else backend)
         if dtype is None and _is_array_of(data, self.backend) and data.dtype != np.float64:
             self.data = data                                  # already an array of this backend: no copy
         else:
@@ -173,9 +174,12 @@ class Tensor:
     # --- composite ops with their own kernels (functions/fused.py) ------------------
     def softmax(self, axis=-1, scale=1.0, mask=None):
         """softmax(scale·x) along `axis`; `mask` (bool, True = blocked) broadcasts to x."""
-        if axis % self.ndim != self.ndim - 1:
-            return self.transpose(axis, -1).softmax(-1, scale).transpose(axis, -1)
-        return F.Softmax.apply(self, scale=scale, mask=None if mask is None else _raw(mask, self))
+        mask = None if mask is None else _raw(mask, self)
+        if axis % self.ndim != self.ndim - 1:       # the kernels work on the last axis: move `axis` there
+            if mask is not None:
+                mask = self.backend.xp.swapaxes(self.backend.xp.broadcast_to(mask, self.shape), axis, -1)
+            return self.transpose(axis, -1).softmax(-1, scale, mask).transpose(axis, -1)
+        return F.Softmax.apply(self, scale=scale, mask=mask)
 
     def log_softmax(self, axis=-1):
         if axis % self.ndim != self.ndim - 1:
@@ -193,12 +197,12 @@ def tensor(data, requires_grad=False, backend=None, dtype=None) -> Tensor:
 
 
 def zeros(shape, requires_grad=False, backend=None, dtype=np.float32) -> Tensor:
-    b = get_backend("cpu" if backend is None else backend)
+    b = get_backend("numpy" if backend is None else backend)
     return Tensor(b.xp.zeros(shape, dtype=dtype), requires_grad, b, dtype)
 
 
 def ones(shape, requires_grad=False, backend=None, dtype=np.float32) -> Tensor:
-    b = get_backend("cpu" if backend is None else backend)
+    b = get_backend("numpy" if backend is None else backend)
     return Tensor(b.xp.ones(shape, dtype=dtype), requires_grad, b, dtype)
 
 

@@ -50,7 +50,7 @@ def test_cross_entropy_and_embedding_match_numpy(backend):
     for name in ("numpy", backend):
         b = mt.get_backend(name)
         z = mt.tensor(b.asarray(logits), requires_grad=True, backend=name)
-        loss, nll = CrossEntropy.apply(z, targets=b.asarray(targets), eps_ls=0.1, pad_idx=0)
+        loss, nll = CrossEntropy.apply(z, targets=b.asarray(targets), smoothing=0.1, ignore_index=0)
         loss.sum().backward()
         outs[name] = (loss.numpy(), b.to_numpy(nll), b.to_numpy(z.grad))
     for ours, ref, what in zip(outs[backend], outs["numpy"], ["loss", "nll", "dlogits"]):

@@ -44,20 +44,20 @@ def test_layer_norm_matches_composed(backend, rng):
                lambda x, g, b: mt.layer_norm_composed(x, g, b, 1e-6), arrays, backend)
 
 
-@pytest.mark.parametrize("pad_idx", [0, None])
-def test_cross_entropy_matches_composed(backend, rng, pad_idx):
+@pytest.mark.parametrize("ignore_index", [0, None])
+def test_cross_entropy_matches_composed(backend, rng, ignore_index):
     logits = rng.standard_normal((6, 10)) * 3
     targets = np.array([3, 0, 9, 1, 0, 5])
     tgt = mt.get_backend(backend).asarray(targets)
-    check_same(lambda z: CrossEntropy.apply(z, targets=tgt, eps_ls=0.1, pad_idx=pad_idx)[0],
-               lambda z: mt.cross_entropy_composed(z, tgt, 0.1, pad_idx), [logits], backend)
+    check_same(lambda z: CrossEntropy.apply(z, targets=tgt, smoothing=0.1, ignore_index=ignore_index)[0],
+               lambda z: mt.cross_entropy_composed(z, tgt, 0.1, ignore_index), [logits], backend)
 
 
 def test_cross_entropy_closed_form_and_nll(backend):
     """V = 4, pad = 0, ε = 0.3: q = [0, 0.7, 0.15, 0.15] for gold token 1."""
     logits = np.log(np.array([[0.1, 0.4, 0.2, 0.3]]))          # softmax(logits) = these probabilities
     z = mt.tensor(logits, dtype="float64", backend=backend)
-    loss, nll = CrossEntropy.apply(z, targets=z.backend.asarray(np.array([1])), eps_ls=0.3, pad_idx=0)
+    loss, nll = CrossEntropy.apply(z, targets=z.backend.asarray(np.array([1])), smoothing=0.3, ignore_index=0)
     expected = -(0.7 * np.log(0.4) + 0.15 * np.log(0.2) + 0.15 * np.log(0.3))
     assert loss.numpy()[0] == pytest.approx(expected, rel=1e-12)
     assert float(mt.get_backend(backend).to_numpy(nll)[0]) == pytest.approx(-np.log(0.4), rel=1e-12)
@@ -73,18 +73,22 @@ def test_linear_matches_composed(backend, rng, with_bias):
 
 @pytest.mark.parametrize("p", [0.0, 0.3])
 def test_dropout_add_layer_norm_matches_composed(backend, rng, p):
-    from minitensor.functions import DropoutAddLayerNorm
+    """transformer.fused.DropoutAddLayerNorm against LayerNorm(x + Dropout(s)) op by op (§3.1, §5.4)."""
+    from minitensor.functions import Dropout
+    from transformer.fused import DropoutAddLayerNorm
     arrays = [rng.standard_normal((3, 5, 8)), rng.standard_normal((3, 5, 8)) * 2,
               rng.standard_normal(8), rng.standard_normal(8)]
+    dropout = (lambda s: s) if p == 0 else (lambda s: Dropout.apply(s, p=p, seed=7))
     check_same(lambda x, s, g, b: DropoutAddLayerNorm.apply(x, s, g, b, eps=1e-6, p=p, seed=7),
-               lambda x, s, g, b: mt.dropout_add_layer_norm_composed(x, s, g, b, 1e-6, p, 7), arrays, backend)
+               lambda x, s, g, b: LayerNorm.apply(x + dropout(s), g, b, eps=1e-6), arrays, backend)
 
 
 @pytest.mark.parametrize("p", [0.0, 0.25])
 def test_attention_matches_equation_1_composed(backend, rng, p):
     """The fused multi-head op against split_heads -> Eq. (1) op by op -> merge_heads, d_k ≠ d_v, masked."""
-    from minitensor.functions import Attention, Dropout
+    from minitensor.functions import Dropout
     from transformer.attention import merge_heads, scaled_dot_product_attention, split_heads
+    from transformer.fused import Attention
     H, seed = 3, 11
     q, k, v = rng.standard_normal((2, 4, H * 5)), rng.standard_normal((2, 6, H * 5)), rng.standard_normal((2, 6, H * 2))
     mask = rng.random((2, 1, 4, 6)) > 0.7

@@ -25,7 +25,7 @@ def train_classifier(x, y, sizes, steps, lr, seed=0):
     from minitensor.functions import CrossEntropy
     xt, yt = mt.tensor(x), np.asarray(y)
     for _ in range(steps):
-        loss, _ = CrossEntropy.apply(model(xt), targets=yt, eps_ls=0.0, pad_idx=None)
+        loss, _ = CrossEntropy.apply(model(xt), targets=yt)
         opt.zero_grad()
         loss.mean().backward()
         opt.step()

@@ -124,7 +124,7 @@ def test_sigkill_at_20_random_moments_leaves_only_valid_checkpoints_and_resumes(
         assert all(re.fullmatch(r"ckpt_\d{8}\.safetensors", p.name) for p in checkpoints)
         for path in checkpoints:  # every file named as a checkpoint loads and verifies
             _, metadata = load_checkpoint(path, verify=True)
-            assert metadata["train_state"]["step"] == step_of(path)
+            assert metadata["progress"]["step"] == step_of(path)
         if before is not None:
             assert checkpoints and step_of(checkpoints[-1]) >= step_of(before)  # never goes back
     assert kills_during_write >= 1, "no kill landed during a checkpoint write"
@@ -329,7 +329,7 @@ def test_disk_full_during_checkpoint_keeps_previous_newest(tmp_path, monkeypatch
     assert [p.name for p in list_checkpoints(tmp_path)] == ["ckpt_00000001.safetensors", "ckpt_00000002.safetensors"]
     assert not list(tmp_path.glob("*.tmp*")), "a partial file was left behind"
     assert latest_valid_checkpoint(tmp_path).name == "ckpt_00000002.safetensors"
-    assert quiet_fit(tiny_config("train.max_steps=4"), tmp_path).state.step == 4  # space is back: resumes
+    assert quiet_fit(tiny_config("train.max_steps=4"), tmp_path).progress.step == 4  # space is back: resumes
 
 
 # ------------------------------------------------------------------ 5. bad input

@@ -7,6 +7,7 @@
     python -m train evaluate --ckpt CKPT --src SRC --ref REF      sacreBLEU + signature, chrF, paper BLEU
     python -m train average --last 5 RUN_DIR [--out PATH]          §6.1 checkpoint averaging
     python -m train plot RUN_DIR                                   PNG curves (+ attention heat-map)
+    python -m train bench [--backend cpu|numpy|cuda] [--precision fp32|fp16]   one step, ours vs PyTorch
     python -m train doctor                                         versions, devices, backends
 
 Problems with your input (files, configs, checkpoints) print one line,
@@ -106,8 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="time one training step, and the PyTorch peer in the same run")
     bench.add_argument("--preset", choices=["cpu", "base"], default=None,
                        help="cpu: d_model 256, 3+3 layers, 64×32 tokens; base: Table 3 base, 250×100 tokens "
-                            "(default: base on cuda, cpu otherwise)")
-    bench.add_argument("--device", default="cpu", help="cpu (Numba), numpy (reference) or cuda")
+                            "(default: base with --backend cuda, cpu otherwise)")
+    bench.add_argument("--backend", default="cpu", help="cpu (Numba), numpy (reference) or cuda (default cpu)")
     bench.add_argument("--precision", choices=["fp32", "fp16"], default="fp32",
                        help="fp16 = mixed precision with loss scaling (cuda); the peer then uses bf16 autocast")
     bench.add_argument("--steps", type=int, default=5, help="timed steps (default 5)")
@@ -153,30 +154,7 @@ def _dispatch(args) -> int:
             run_dir=getattr(args, "run_dir", Path("runs/demo")), overrides=getattr(args, "set", []),
             force=getattr(args, "force", False), progress=not getattr(args, "no_progress", False),
             config_path=DEMO_CONFIG)
-    if args.command == "fit":
-        return commands.fit(args)
-    if args.command == "bench":
-        from train import bench
-
-        cuda = args.device in ("cuda", "cupy", "gpu")
-        bench.run(args.preset or ("base" if cuda else "cpu"), device=args.device, precision=args.precision,
-                  steps=args.steps, warmup=args.warmup, peer=not args.no_peer, batch=args.batch,
-                  profile=args.profile, as_json=args.json)
-        return 0
-    if args.command == "translate":
-        return commands.translate(args)
-    if args.command == "evaluate":
-        return commands.evaluate(args)
-    if args.command == "average":
-        return commands.average(args)
-    if args.command == "plot":
-        return commands.plot(args)
-    if args.command == "doctor":
-        from train.doctor import report
-
-        print(report())
-        return 0
-    raise AssertionError(f"unhandled command {args.command}")
+    return getattr(commands, args.command)(args)           # fit, translate, evaluate, average, plot, bench, doctor
 
 
 if __name__ == "__main__":

@@ -24,8 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from minitensor import functions as F
-from minitensor import optim
+from minitensor import Function, optim
 from transformer.config import TransformerConfig
 from transformer.loss import LabelSmoothingLoss
 from transformer.model import Transformer
@@ -33,11 +32,12 @@ from transformer.model import Transformer
 from .errors import InputError
 from .loss_scaler import DynamicLossScaler
 from .metrics import mfu, peak_tflops, train_flops
+from .step import train_step
 
-PRESETS = {
-    "base": dict(model=dict(), batch=250, src_len=100, tgt_len=100, device="cuda"),
-    "cpu": dict(model=dict(vocab_size=8000, N=3, d_model=256, h=4, d_ff=1024), batch=64, src_len=32,
-                tgt_len=32, device="cpu"),
+PRESETS = {  # the fused ops (impl = "fused"), as the CLI configs train
+    "base": dict(model=dict(impl="fused"), batch=250, src_len=100, tgt_len=100),
+    "cpu": dict(model=dict(vocab_size=8000, N=3, d_model=256, h=4, d_ff=1024, impl="fused"), batch=64,
+                src_len=32, tgt_len=32),
 }
 PEER_SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "torch_peer.py"
 
@@ -55,12 +55,11 @@ class OpProfiler:
         self._saved = []
 
     def __enter__(self):
-        for name in F.__all__:
-            cls = getattr(F, name)
+        for cls in _all_functions(Function):
             for direction in ("forward", "backward"):
                 original = cls.__dict__[direction]
                 self._saved.append((cls, direction, original))
-                setattr(cls, direction, staticmethod(self._timed(f"{name}.{direction}", original.__func__)))
+                setattr(cls, direction, staticmethod(self._timed(f"{cls.__name__}.{direction}", original.__func__)))
         return self
 
     def _timed(self, key, fn):
@@ -79,33 +78,39 @@ class OpProfiler:
             setattr(cls, direction, original)
 
 
+def _all_functions(cls) -> list[type]:
+    """Every Function subclass defined so far (minitensor's and transformer/fused.py's)."""
+    found = []
+    for sub in cls.__subclasses__():
+        found += [sub] + _all_functions(sub)
+    return found
+
+
 def bench_ours(cfg: TransformerConfig, backend: str, precision: str, B: int, S: int, T: int,
                steps: int, warmup: int, profile: bool) -> dict:
     rng = np.random.default_rng(0)
-    model = Transformer(cfg, rng, backend=backend)
+    model = Transformer(cfg, rng, backend=backend, precision=precision)
     be = model.backend
-    if precision == "fp16":
-        model.compute_dtype = np.float16
     opt = optim.Adam(model.named_parameters(), lr=optim.NoamSchedule(cfg.d_model, 4000),
                      betas=(0.9, 0.98), eps=1e-9)
-    loss_fn = LabelSmoothingLoss(cfg.eps_ls, cfg.pad_id)
+    loss_fn = LabelSmoothingLoss(cfg.eps_ls, cfg.pad_id, cfg.impl)
     scaler = DynamicLossScaler() if precision == "fp16" else None
     data = np.random.default_rng(1)
     src = data.integers(4, cfg.vocab_size, (B, S))
     tgt = data.integers(4, cfg.vocab_size, (B, T + 1))
-    src_dev, tgt_in = be.asarray(src), be.asarray(tgt[:, :-1])
-    tgt_out = tgt[:, 1:]                                                   # host copy: the loss counts tokens there
+    batch = [(src, tgt[:, :-1], tgt[:, 1:])]                               # the one batch of every step
     timings = {"adam": 0.0}
+    adam_step = opt.step
+
+    def timed_adam():
+        start = time.perf_counter()
+        adam_step()
+        timings["adam"] += time.perf_counter() - start
+
+    opt.step = timed_adam                                                  # Adam's share of the profile
 
     def step():
-        out = loss_fn(model(src_dev, tgt_in), tgt_out)
-        opt.zero_grad()
-        (out.loss if scaler is None else scaler.scale_loss(out.loss)).backward()
-        if scaler is None or scaler.update(scaler.unscale_and_check(opt.gather_grads())):
-            start = time.perf_counter()
-            opt.step()
-            timings["adam"] += time.perf_counter() - start
-        return out
+        return train_step(model, batch, opt, loss_fn, scaler)
 
     compile_start = time.perf_counter()
     step()                                                                 # first call: JIT compiles, allocations
@@ -133,7 +138,7 @@ def bench_ours(cfg: TransformerConfig, backend: str, precision: str, B: int, S: 
     result = {
         "impl": "minitensor", "backend": be.name, "precision": precision, "step_ms": step_s * 1e3,
         "tgt_tok_s": B * T / step_s, "src_tok_s": B * S / step_s, "first_step_s": first_step_s,
-        "loss": float(out.loss.item()), "peak_mem_bytes": _peak_memory(be),
+        "loss": float(out.loss_sum) / out.tgt_tokens, "peak_mem_bytes": _peak_memory(be),
         "flops_per_step": train_flops(cfg, B * S, B * T, S, T),
     }
     peak, _ = peak_tflops(_device_name(be), precision)
@@ -178,12 +183,11 @@ def bench_peer(cfg: TransformerConfig, device: str, precision: str, B: int, S: i
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def run(preset: str = "cpu", device: str | None = None, precision: str = "fp32", steps: int = 5,
+def run(preset: str = "cpu", backend: str = "cpu", precision: str = "fp32", steps: int = 5,
         warmup: int = 2, peer: bool = True, profile: bool | None = None, batch: int | None = None,
         as_json: bool = False) -> dict:
     spec = PRESETS[preset]
-    device = device or spec["device"]
-    backend = "cuda" if device in ("cuda", "gpu", "cupy") else device
+    backend = "cuda" if backend in ("cuda", "gpu", "cupy") else backend
     if precision != "fp32" and backend != "cuda":
         raise InputError(f"--precision {precision} is mixed precision for GPUs; use fp32 on the CPU")
     cfg = TransformerConfig(**spec["model"])

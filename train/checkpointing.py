@@ -1,9 +1,9 @@
 """Training checkpoints: save, resume exactly, load for decoding, average (§6.1).
 
-A training checkpoint is a transformer.model_io file (weights + Adam moments and
-step) whose metadata also holds what an exact resume needs:
+A training checkpoint is a transformer.checkpoint model file (weights + Adam moments
+and step) whose metadata also holds what an exact resume needs:
 
-    train_state     step, epoch, batch position, tokens seen, elapsed time
+    progress        step, epoch, batch position, tokens seen, elapsed time
     rng_state       the dropout RNG's bit-generator state (PCG64: plain ints, JSON-safe)
     tokenizer_hash  sha256 of tokenizer.model, so a model never meets the wrong vocabulary
     loss_scaler     the fp16 loss scaler's state (mixed precision only)
@@ -15,37 +15,60 @@ names the newest good checkpoint, which stays the newest.
 """
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from train.errors import InputError
 from train.tokenizer import Tokenizer
-from transformer.checkpoint import (CheckpointError, average_checkpoints, check_shapes, checkpoint_path,
-                                   latest_valid_checkpoint, list_checkpoints, load_checkpoint,
-                                   save_checkpoint)
-from transformer.model_io import OPTIMIZER_PREFIX, load_model, save_model
+from transformer.checkpoint import (OPTIMIZER_PREFIX, CheckpointError, average_checkpoints, checkpoint_path,
+                                   latest_valid_checkpoint, list_checkpoints, load_checkpoint, load_model,
+                                   load_weights, restore_optimizer, save_checkpoint, save_model)
 
 
-def save(run_dir: Path, model, model_config, optimizer, rng: np.random.Generator, tokenizer, state,
-         scaler, run_config, keep_last: int) -> Path:
-    """Write ckpt_<step>.safetensors for the current state and delete all but the newest `keep_last`."""
-    path = checkpoint_path(run_dir, state.step)
+@dataclass
+class Progress:
+    """Where training stands; saved in every checkpoint's metadata."""
+
+    step: int = 0  # optimizer updates done
+    epoch: int = 0  # passes over the training data started
+    batch_pos: int = 0  # next batch within this epoch's shuffled order
+    tokens_seen: int = 0  # target tokens trained on
+    elapsed_s: float = 0.0  # training wall time over all sessions
+
+
+@dataclass
+class TrainState:
+    """Everything a training checkpoint saves and an exact resume restores."""
+
+    run_config: object  # train.config.RunConfig
+    model: object  # transformer.Transformer
+    optimizer: object  # minitensor.optim.Adam
+    rng: np.random.Generator  # drew the initial weights; draws every dropout seed (§5.4)
+    tokenizer: Tokenizer
+    scaler: object = None  # fp16 mixed precision's DynamicLossScaler, else None
+    progress: Progress = dataclasses.field(default_factory=Progress)
+
+
+def save(run_dir: Path, state: TrainState) -> Path:
+    """Write ckpt_<step>.safetensors for the current state and delete all but the newest `train.keep_last`."""
+    path = checkpoint_path(run_dir, state.progress.step)
     metadata = {
-        "train_state": dataclasses.asdict(state),
-        "rng_state": rng.bit_generator.state,
-        "tokenizer_hash": tokenizer.model_hash,
-        "loss_scaler": scaler.state_dict() if scaler is not None else None,
-        "run_config": run_config.to_dict(),
+        "progress": dataclasses.asdict(state.progress),
+        "rng_state": state.rng.bit_generator.state,
+        "tokenizer_hash": state.tokenizer.model_hash,
+        "loss_scaler": state.scaler.state_dict() if state.scaler is not None else None,
+        "run_config": state.run_config.to_dict(),
     }
     try:  # atomic: a failed write leaves no ckpt_* file behind, and older ones are not pruned
-        save_model(path, model, model_config, optimizer=optimizer, metadata=metadata)
+        save_model(path, state.model, optimizer=state.optimizer, metadata=metadata)
     except OSError as err:  # disk full, quota, the folder went read-only
         good = latest_valid_checkpoint(run_dir)
         kept = f"the newest good checkpoint is still {good.name}" if good else "no checkpoint was kept"
         raise InputError(f"{path}: cannot write the checkpoint ({err.strerror or err}); {kept}; "
                          f"free some space and run the same command again") from None
-    for old in list_checkpoints(run_dir)[:-keep_last]:
+    for old in list_checkpoints(run_dir)[:-state.run_config.train.keep_last]:
         old.unlink()
     return path
 
@@ -73,25 +96,23 @@ def _check_tokenizer(path: Path, metadata: dict, tokenizer: Tokenizer) -> None:
                               f"{tokenizer.model_path} (sha256 {saved_hash[:12]} vs {tokenizer.model_hash[:12]})")
 
 
-def restore(path: Path, model, optimizer, rng: np.random.Generator, tokenizer: Tokenizer,
-            reset_optimizer: bool = False) -> dict:
-    """Load weights, Adam state (unless reset) and the RNG state from `path`; returns its metadata."""
+def restore(path: Path, state: TrainState, reset_optimizer: bool = False) -> None:
+    """Load weights, Adam state (unless reset), the RNG, the loss scale and the progress from `path`."""
     tensors, metadata = load_checkpoint(path)
-    _check_tokenizer(path, metadata, tokenizer)
-    for key in ("train_state", "rng_state"):
+    _check_tokenizer(path, metadata, state.tokenizer)
+    for key in ("progress", "rng_state"):
         if key not in metadata:
             raise CheckpointError(f"{path}: metadata has no {key!r}; not a training checkpoint of this tool")
-    weights = {k: v for k, v in tensors.items() if not k.startswith(OPTIMIZER_PREFIX)}
-    check_shapes({name: p.shape for name, p in model.named_parameters()}, weights, path)
-    model.load_state_dict(weights)
+    load_weights(path, tensors, state.model)
     if not reset_optimizer:
-        state = {k[len(OPTIMIZER_PREFIX):]: v for k, v in tensors.items() if k.startswith(OPTIMIZER_PREFIX)}
         try:
-            optimizer.load_state_dict(state)
+            restore_optimizer(path, tensors, state.optimizer)
         except (KeyError, ValueError) as err:
             raise CheckpointError(f"{path}: optimizer state does not fit the model: {err}") from None
-    rng.bit_generator.state = metadata["rng_state"]  # the Dropout modules share this generator
-    return metadata
+    state.rng.bit_generator.state = metadata["rng_state"]  # the Dropout modules share this generator
+    if state.scaler is not None and metadata.get("loss_scaler"):
+        state.scaler.load_state_dict(metadata["loss_scaler"])
+    state.progress = Progress(**metadata["progress"])
 
 
 def load_for_inference(ckpt: Path, tokenizer_path: Path | None = None, backend: str = "cpu"):
@@ -134,7 +155,7 @@ def average_last(run_dir: Path, last: int, out: Path | None = None, force: bool 
         raise InputError(f"{out}: exists; pass --force to overwrite or choose another --out")
     tensors, metadata = average_checkpoints(paths[-last:])
     weights = {k: v for k, v in tensors.items() if not k.startswith(OPTIMIZER_PREFIX)}
-    metadata = {k: v for k, v in metadata.items() if k not in ("train_state", "rng_state", "loss_scaler")}
+    metadata = {k: v for k, v in metadata.items() if k not in ("progress", "rng_state", "loss_scaler")}
     metadata["averaged_from"] = [p.name for p in paths[-last:]]
     save_checkpoint(out, weights, metadata)
     return out

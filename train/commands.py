@@ -36,9 +36,9 @@ def fit(args) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 3
     if result.stopped:
-        print(f"stopped by {result.stopped} at step {result.state.step}; to resume, run the same command again")
+        print(f"stopped by {result.stopped} at step {result.progress.step}; to resume, run the same command again")
     else:
-        print(f"done: step {result.state.step}; checkpoints in {run_dir}")
+        print(f"done: step {result.progress.step}; checkpoints in {run_dir}")
     return 0
 
 
@@ -156,4 +156,23 @@ def _demo_test(run_config, run_dir: Path, result) -> None:
     print(f"test BLEU {scores.bleu:.2f} (sacreBLEU), exact match {scores.exact_match:.1f} %")
 
 
-__all__ = ["fit", "translate", "evaluate", "average", "plot", "demo"]
+def bench(args) -> int:
+    """Time one training step, ours and the PyTorch peer's in the same run (train/bench.py)."""
+    from train import bench as bench_lib
+
+    backend = args.backend
+    preset = args.preset or ("base" if backend in ("cuda", "cupy", "gpu") else "cpu")
+    bench_lib.run(preset, backend=backend, precision=args.precision, steps=args.steps, warmup=args.warmup,
+                  peer=not args.no_peer, batch=args.batch, profile=args.profile, as_json=args.json)
+    return 0
+
+
+def doctor(args) -> int:
+    """Versions, devices, and which backends work here (train/doctor.py)."""
+    from train.doctor import report
+
+    print(report())
+    return 0
+
+
+__all__ = ["fit", "translate", "evaluate", "average", "plot", "demo", "bench", "doctor"]

@@ -4,7 +4,8 @@ A run is described completely by a `RunConfig`:
 
     [task]       which sentence pairs (the built-in task, your own files, Multi30k)
     [tokenizer]  the shared subword vocabulary (§5.1)
-    [model]      the Transformer's hyperparameters, with the paper's names (§3, Table 3)
+    [model]      transformer.TransformerConfig: the paper's names (§3, Table 3), and `impl`
+                 (vocab_size and the special ids come from the tokenizer, not from here)
     [train]      batching, optimizer (§5.3), schedule, checkpoints, logging
     [decode]     beam search for validation and the final test (§6.1)
 
@@ -18,11 +19,13 @@ import dataclasses
 import difflib
 import json
 import tomllib
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from train.errors import InputError
+from transformer.config import TransformerConfig
 
 TASK_KINDS = ("builtin", "files", "multi30k")
 PRECISIONS = ("fp32", "fp16")
@@ -69,38 +72,6 @@ class TokenizerConfig:
     def __post_init__(self):
         _choice("tokenizer.model_type", self.model_type, ("bpe", "unigram"))
         _positive("tokenizer.vocab_size", self.vocab_size)
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """Table 3 hyperparameters; defaults are the base model. vocab_size comes from the tokenizer."""
-
-    N: int = 6
-    d_model: int = 512
-    d_ff: int = 2048
-    h: int = 8
-    d_k: int = 0  # 0 = d_model / h (§3.2.2)
-    d_v: int = 0
-    p_drop: float = 0.1  # §5.4 residual dropout
-    eps_ls: float = 0.1  # §5.4 label smoothing
-    attention_dropout: float = 0.0
-    norm: str = "post"  # §3.1 LayerNorm(x + Sublayer(x)); "pre" is a DEVIATION(§3.1) option
-    positional: str = "sinusoidal"  # §3.5; "learned" is Table 3 row (E)
-    tie_embeddings: bool = True  # §3.4 one matrix for both embeddings and the softmax
-    layernorm_eps: float = 1e-6  # paper silent
-    max_len: int = 1024  # longest sequence the positional table covers
-
-    def __post_init__(self):
-        _choice("model.norm", self.norm, ("post", "pre"))
-        _choice("model.positional", self.positional, ("sinusoidal", "learned"))
-        for name in ("N", "d_model", "d_ff", "h", "max_len"):
-            _positive(f"model.{name}", getattr(self, name))
-        for name in ("d_k", "d_v"):
-            if getattr(self, name) < 0:
-                raise InputError(f"model.{name} must be positive (or 0 for d_model/h), got {getattr(self, name)}")
-        for name in ("p_drop", "eps_ls", "attention_dropout"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise InputError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
 
 
 @dataclass(frozen=True)
@@ -161,7 +132,7 @@ class RunConfig:
     name: str = "run"
     task: TaskConfig = field(default_factory=TaskConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
+    model: TransformerConfig = field(default_factory=TransformerConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
 
@@ -172,24 +143,15 @@ class RunConfig:
         return dataclasses.replace(self, **changes)
 
 
-def transformer_config(model: ModelConfig, vocab_size: int):
-    """The model section as a transformer.config.TransformerConfig for this vocabulary."""
-    from transformer.config import TransformerConfig
-
-    values = dataclasses.asdict(model)
-    values["d_k"] = values["d_k"] or None  # None: derived as d_model / h
-    values["d_v"] = values["d_v"] or None
-    try:
-        return TransformerConfig(vocab_size=vocab_size, **values)
-    except ValueError as err:
-        raise InputError(f"[model] {err}") from None
+# [model] keys the tokenizer decides: the vocabulary and the special ids (train/tokenizer.py).
+TOKENIZER_OWNED = ("vocab_size", "pad_id", "unk_id", "bos_id", "eos_id")
 
 
 # Keys that may change between a run and its resumption (they do not change the math so far).
 RESUMABLE_KEYS = frozenset({
     "name", "train.max_steps", "train.log_every", "train.valid_every", "train.valid_bleu_sentences",
     "train.valid_beam", "train.ckpt_every", "train.ckpt_minutes", "train.keep_last",
-    "train.average_last", "train.backend", "train.threads",
+    "train.average_last", "train.backend", "train.threads", "model.impl",
 }) | {f"decode.{f.name}" for f in dataclasses.fields(DecodeConfig)}
 
 
@@ -212,8 +174,21 @@ def valid_keys() -> list[str]:
     """Every settable dotted key, e.g. 'model.d_model'."""
     keys = [f.name for f in dataclasses.fields(RunConfig) if not dataclasses.is_dataclass(f.type)]
     for section, cls in _sections().items():
-        keys += [f"{section}.{f.name}" for f in dataclasses.fields(cls)]
+        keys += [f"{section}.{f.name}" for f in dataclasses.fields(cls)
+                 if not (cls is TransformerConfig and f.name in TOKENIZER_OWNED)]
     return keys
+
+
+def _tokenizer_value(data: dict, leaf: str):
+    """What the tokenizer section makes of a TOKENIZER_OWNED key (so that from_dict(to_dict()) round-trips)."""
+    if leaf == "vocab_size":
+        return data.get("tokenizer", {}).get("vocab_size", TokenizerConfig.vocab_size)
+    return getattr(TransformerConfig, leaf)
+
+
+def _tokenizer_owned(key: str, where: str) -> InputError:
+    what = "set tokenizer.vocab_size instead" if key.endswith("vocab_size") else "the tokenizer fixes pad 0, unk 1, bos 2, eos 3"
+    return InputError(f"{where}: {key} is decided by the tokenizer; {what}")
 
 
 def _unknown_key(key: str, where: str) -> InputError:
@@ -226,6 +201,8 @@ def _unknown_key(key: str, where: str) -> InputError:
 
 def _check_type(key: str, value, annotation, where: str):
     """The value converted to the field's type, or InputError saying what was expected."""
+    if isinstance(annotation, types.UnionType):                 # `int | None`: TOML has no None, so an int
+        annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
     kind = annotation if isinstance(annotation, type) else typing.get_origin(annotation)
     ok = (isinstance(value, bool) if kind is bool
           else isinstance(value, int) and not isinstance(value, bool) if kind is int
@@ -267,12 +244,22 @@ def from_dict(data: dict, where: str = "config", text: str | None = None) -> Run
                 at = _where(where, text, dotted)
                 if leaf not in cls_hints:
                     raise _unknown_key(dotted, at)
+                if cls is TransformerConfig and leaf in TOKENIZER_OWNED and leaf_value != _tokenizer_value(data, leaf):
+                    raise _tokenizer_owned(dotted, at)
                 fields[leaf] = _check_type(dotted, leaf_value, cls_hints[leaf], at)
-            kwargs[key] = cls(**fields)
+            kwargs[key] = fields
         elif key in hints:
             kwargs[key] = _check_type(key, value, hints[key], _where(where, text, key))
         else:
             raise _unknown_key(key, _where(where, text, key))
+    for key, cls in sections.items():
+        if cls is not TransformerConfig:
+            kwargs[key] = cls(**kwargs.get(key, {}))
+    vocab_size = kwargs["tokenizer"].vocab_size                  # what the model is built for (§5.1 shared vocabulary)
+    try:
+        kwargs["model"] = TransformerConfig(**{**kwargs.get("model", {}), "vocab_size": vocab_size})
+    except ValueError as err:
+        raise InputError(f"{where}: model.{str(err).removeprefix('TransformerConfig: ')}") from None
     return RunConfig(**kwargs)
 
 
@@ -295,8 +282,8 @@ def load(path: str | Path, overrides: list[str] = ()) -> RunConfig:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise InputError(f"{path}: not valid TOML ({err})") from None
-    base = from_dict(data, where=str(path), text=text)
-    return apply_overrides(base, overrides)
+    from_dict(data, where=str(path), text=text)                 # the file's own mistakes, named by line
+    return from_dict(_override(data, overrides), where=f"{path} with --set" if overrides else str(path), text=text)
 
 
 def parse_override(item: str) -> tuple[str, object]:
@@ -313,16 +300,36 @@ def parse_override(item: str) -> tuple[str, object]:
 
 
 def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
-    """A copy of `config` with each `--set key=value` applied (and re-checked)."""
+    """A copy of `config` with each `--set key=value` applied (and re-checked).
+
+    d_k and d_v that were derived from d_model/h (§3.2.2) are derived again when an
+    override changes d_model or h (as TransformerConfig.replace does).
+    """
     data = config.to_dict()
+    model = data["model"]
+    for key in TOKENIZER_OWNED:                                   # the tokenizer section decides these
+        del model[key]
+    keys = {parse_override(item)[0] for item in overrides}
+    if keys & {"model.d_model", "model.h"}:
+        for name in ("d_k", "d_v"):
+            if f"model.{name}" not in keys and model[name] == config.model.d_model // config.model.h:
+                del model[name]
+    return from_dict(_override(data, overrides), where="--set")
+
+
+def _override(data: dict, overrides: list[str]) -> dict:
+    """The nested config dict with each `key=value` set; unknown keys are InputErrors."""
+    data = json.loads(json.dumps(data))                           # a deep copy of plain data
+    valid = set(valid_keys())
     for item in overrides:
         key, value = parse_override(item)
         section, _, leaf = key.rpartition(".")
-        target = data.get(section) if section else data
-        if not isinstance(target, dict) or leaf not in target or isinstance(target[leaf], dict):
+        if section == "model" and leaf in TOKENIZER_OWNED:
+            raise _tokenizer_owned(key, f"--set {item}")
+        if key not in valid:
             raise _unknown_key(key, f"--set {item}")
-        target[leaf] = value
-    return from_dict(data, where="--set")
+        (data.setdefault(section, {}) if section else data)[leaf] = value
+    return data
 
 
 def diff(old: dict, new: dict, prefix: str = "") -> list[str]:
@@ -341,6 +348,6 @@ def to_json(config: RunConfig) -> str:
     return json.dumps(config.to_dict(), indent=2, sort_keys=True)
 
 
-__all__ = ["RunConfig", "TaskConfig", "TokenizerConfig", "ModelConfig", "TrainConfig", "DecodeConfig",
-           "load", "from_dict", "transformer_config", "apply_overrides", "parse_override", "valid_keys", "diff", "to_json",
+__all__ = ["RunConfig", "TaskConfig", "TokenizerConfig", "TrainConfig", "DecodeConfig", "TransformerConfig",
+           "load", "from_dict", "apply_overrides", "parse_override", "valid_keys", "diff", "to_json",
            "RESUMABLE_KEYS"]

@@ -10,14 +10,11 @@ import signal
 import threading
 from pathlib import Path
 
-import numpy as np
-
 from train import checkpointing
 
 
 class DivergedError(RuntimeError):
     """A non-finite loss or gradient in fp32: training stops, the last good checkpoint is kept."""
-
 
 
 class StopSignals:
@@ -51,17 +48,13 @@ class StopSignals:
             signal.signal(signum, handler)
 
 
-
-def check_finite(grad, model, step_loss, step: int, run_dir: Path) -> None:
-    """Raise DivergedError if the loss or the flat gradient has inf/nan (one host read; a scan only on failure)."""
-    xp = model.parameters()[0].backend.xp
-    if np.isfinite(float(step_loss + grad.sum())):  # finite exactly when every element is (barring an fp32 overflow)
-        return
-    loss = float(step_loss)
+def raise_diverged(model, loss, step: int, run_dir: Path) -> None:
+    """Raise DivergedError for a non-finite fp32 update, naming the step and the first parameter at fault."""
+    xp = model.backend.xp
     culprit = next((name for name, p in model.named_parameters()
                     if p.grad is not None and not bool(xp.isfinite(p.grad).all())), None)
     where = f"first non-finite gradient in {culprit!r}" if culprit else "gradients are finite"
     good = checkpointing.latest(run_dir)
     kept = f"the last good checkpoint is {good.name}" if good else "no checkpoint was written"
-    raise DivergedError(f"step {step}: training diverged: loss is {loss}, {where}; {kept}; "
+    raise DivergedError(f"step {step}: training diverged: loss is {float(loss)}, {where}; {kept}; "
                         f"lower train.lr_factor, raise train.warmup_steps or set train.clip_norm")

@@ -2,10 +2,12 @@
 
     fit(run_config, run_dir)   # trains, validates, checkpoints; re-run the same call to resume
 
-What one update does (§5.3, §5.4): take `accum` token-budget batches (§5.1),
-run forward and backward on each (dropout on, label-smoothed loss), add the
-gradients up weighted by target tokens, optionally clip, and take one Adam step
-(β₁ 0.9, β₂ 0.98, ε 1e-9) at the learning rate of Eq. (3).
+What one update does (§5.3, §5.4) is `train.step.train_step`: take `accum`
+token-budget batches (§5.1), run forward and backward on each (dropout on,
+label-smoothed loss), add the gradients up weighted by target tokens, optionally
+clip, and take one Adam step (β₁ 0.9, β₂ 0.98, ε 1e-9) at the rate of Eq. (3).
+This file is the bookkeeping around it: data order, logging, validation,
+checkpoints, signals.
 
 The run directory holds everything: config.json (the resolved config),
 tokenizer.model, data/ (the built-in task), cache/ (token ids), metrics.jsonl,
@@ -37,16 +39,18 @@ import numpy as np
 from tqdm import tqdm
 
 import minitensor as mt
-from minitensor.optim import Adam, NoamSchedule, clip_grad_norm
+from minitensor.optim import Adam, NoamSchedule
 from train import checkpointing, config as config_lib
 from train.batching import epoch_batches
+from train.checkpointing import Progress, TrainState
 from train.config import RunConfig
 from train.errors import InputError
 from train.evaluate import corpus_scores
-from train.faults import StopSignals, check_finite
+from train.faults import StopSignals, raise_diverged
 from train.loss_scaler import DynamicLossScaler
 from train.metrics import MetricsWriter, mfu, peak_tflops, train_flops
 from train.prepare import Prepared, corpus_batch, make_model_inputs, prepare, split_batches
+from train.step import StepStats, train_step
 from train.threads import cpu_threads
 from train.translate import translate_ids
 from transformer.checkpoint import list_checkpoints
@@ -59,23 +63,12 @@ RUN_FILES = ("config.json", "metrics.jsonl", "tokenizer.model", "tokenizer.vocab
 
 
 @dataclass
-class TrainState:
-    """Where training stands; saved in every checkpoint's metadata."""
-
-    step: int = 0  # optimizer updates done
-    epoch: int = 0  # passes over the training data started
-    batch_pos: int = 0  # next batch within this epoch's shuffled order
-    tokens_seen: int = 0  # target tokens trained on
-    elapsed_s: float = 0.0  # training wall time over all sessions
-
-
-@dataclass
 class FitResult:
     run_dir: Path
     model: object
     tokenizer: object
     prepared: Prepared
-    state: TrainState
+    progress: Progress
     checkpoints: list[Path] = field(default_factory=list)
     last_valid: dict | None = None
     stopped: str | None = None  # "SIGINT" / "SIGTERM" when a signal ended the run early
@@ -197,16 +190,16 @@ def validate(model, loss_fn, prepared: Prepared, run_config: RunConfig) -> dict:
 
 
 # ------------------------------------------------------------------ the loop
-def _next_batches(prepared: Prepared, state: TrainState, seed: int, count: int) -> list[np.ndarray]:
-    """The next `count` batches in the epoch's shuffled order, advancing the state (§5.1)."""
+def _next_batches(prepared: Prepared, progress: Progress, seed: int, count: int) -> list[np.ndarray]:
+    """The next `count` batches in the epoch's shuffled order, advancing the progress (§5.1)."""
     out = []
-    order = epoch_batches(prepared.batches, state.epoch, seed)
+    order = epoch_batches(prepared.batches, progress.epoch, seed)
     while len(out) < count:
-        if state.batch_pos >= len(order):
-            state.epoch, state.batch_pos = state.epoch + 1, 0
-            order = epoch_batches(prepared.batches, state.epoch, seed)
-        out.append(order[state.batch_pos])
-        state.batch_pos += 1
+        if progress.batch_pos >= len(order):
+            progress.epoch, progress.batch_pos = progress.epoch + 1, 0
+            order = epoch_batches(prepared.batches, progress.epoch, seed)
+        out.append(order[progress.batch_pos])
+        progress.batch_pos += 1
     return out
 
 
@@ -226,128 +219,116 @@ def fit(run_config: RunConfig, run_dir: str | Path, force: bool = False, reset_o
         return _train(run_config, run_dir, backend, resuming, reset_optimizer, progress)
 
 
+def _start(run_config: RunConfig, run_dir: Path, backend: str, reset_optimizer: bool,
+           say) -> tuple[TrainState, Prepared]:
+    """The model, optimizer (§5.3), schedule (Eq. (3)) and data state, fresh or restored from the newest checkpoint."""
+    train = run_config.train
+    prepared = prepare(run_config, run_dir, log=say)
+    model_config = run_config.model.replace(vocab_size=prepared.tokenizer.vocab_size)
+    rng = np.random.default_rng(train.seed)  # model init and every dropout mask (§5.4)
+    model = Transformer(model_config, rng, backend=backend, precision=train.precision)
+    schedule = NoamSchedule(model_config.d_model, warmup=train.warmup_steps, factor=train.lr_factor)  # §5.3 Eq. (3)
+    optimizer = Adam(list(model.named_parameters()), lr=schedule, betas=(train.adam_beta1, train.adam_beta2),
+                     eps=train.adam_eps)
+    scaler = DynamicLossScaler() if train.precision == "fp16" else None
+    state = TrainState(run_config, model, optimizer, rng, prepared.tokenizer, scaler)
+    latest = checkpointing.latest(run_dir)
+    if latest is not None:
+        checkpointing.restore(latest, state, reset_optimizer)
+        at = state.progress
+        say(f"restored {latest.name} (step {at.step}, epoch {at.epoch}, batch {at.batch_pos})"
+            + ("; optimizer reset" if reset_optimizer else ""))
+    say(f"model: {model.num_parameters():,} parameters, vocab {model_config.vocab_size}, backend {backend}, "
+        f"{model_config.impl} ops; {len(prepared.batches)} batches per epoch")
+    return state, prepared
+
+
 def _train(run_config: RunConfig, run_dir: Path, backend: str, resuming: bool, reset_optimizer: bool,
            progress: bool) -> FitResult:
     train = run_config.train
     say = Logger(None)
     say(f"{'resuming' if resuming else 'starting'} run {run_config.name!r} in {run_dir}")
-    prepared = prepare(run_config, run_dir, log=say)
-    tokenizer = prepared.tokenizer
-    model_config = config_lib.transformer_config(run_config.model, tokenizer.vocab_size)
-
-    rng = np.random.default_rng(train.seed)  # model init and every dropout mask (§5.4)
-    model = Transformer(model_config, rng, backend=backend)
-    if train.precision == "fp16":
-        model.compute_dtype = np.float16
-    schedule = NoamSchedule(model_config.d_model, warmup=train.warmup_steps, factor=train.lr_factor)  # §5.3 Eq. (3)
-    optimizer = Adam(list(model.named_parameters()), lr=schedule, betas=(train.adam_beta1, train.adam_beta2),
-                     eps=train.adam_eps)
-    scaler = DynamicLossScaler() if train.precision == "fp16" else None
-    loss_fn = LabelSmoothingLoss(model_config.eps_ls, model_config.pad_id)  # §5.4
-    state = TrainState()
-
-    latest = checkpointing.latest(run_dir)
-    if latest is not None:
-        extra = checkpointing.restore(latest, model, optimizer, rng, tokenizer, reset_optimizer)
-        state = TrainState(**extra["train_state"])
-        if scaler is not None and extra.get("loss_scaler"):
-            scaler.load_state_dict(extra["loss_scaler"])
-        say(f"restored {latest.name} (step {state.step}, epoch {state.epoch}, batch {state.batch_pos})"
-            + ("; optimizer reset" if reset_optimizer else ""))
-    say(f"model: {model.num_parameters():,} parameters, vocab {tokenizer.vocab_size}, backend {backend}; "
-        f"{len(prepared.batches)} batches per epoch")
-
-    result = FitResult(run_dir, model, tokenizer, prepared, state, list_checkpoints(run_dir))
-    if state.step >= train.max_steps:
-        say(f"already trained to step {state.step} (train.max_steps = {train.max_steps}); nothing to do")
+    state, prepared = _start(run_config, run_dir, backend, reset_optimizer, say)
+    model, at = state.model, state.progress
+    loss_fn = LabelSmoothingLoss(model.config.eps_ls, model.config.pad_id, model.config.impl)  # §5.4
+    result = FitResult(run_dir, model, state.tokenizer, prepared, at, list_checkpoints(run_dir))
+    if at.step >= train.max_steps:
+        say(f"already trained to step {at.step} (train.max_steps = {train.max_steps}); nothing to do")
         return result
 
     metrics = MetricsWriter(run_dir / "metrics.jsonl")
-    if state.step > 0:
-        metrics.write("resume", state.step, checkpoint=latest.name)
-    device = "cpu" if model.parameters()[0].device == "cpu" else _gpu_name()
-    peak, _ = peak_tflops(device, "fp16" if train.precision == "fp16" else "fp32")
-    bar = tqdm(total=train.max_steps, initial=state.step, unit="step", dynamic_ncols=True,
+    if at.step > 0:
+        metrics.write("resume", at.step, checkpoint=list_checkpoints(run_dir)[-1].name)
+    device = "cpu" if model.backend.device == "cpu" else _gpu_name()
+    peak, _ = peak_tflops(device, train.precision)
+    bar = tqdm(total=train.max_steps, initial=at.step, unit="step", dynamic_ncols=True,
                disable=not (progress and sys.stderr.isatty()))
     say = Logger(bar)
     window = _Window()
     last_ckpt_time = time.perf_counter()
-    stop = StopSignals()
     try:
-        stop.__enter__()
-        model.train()
-        while state.step < train.max_steps:
-            t0 = time.perf_counter()
-            batches = [corpus_batch(prepared.train, b)
-                       for b in _next_batches(prepared, state, train.seed, train.accum)]
-            n_target = sum(int((tgt_out != model_config.pad_id).sum()) for _, _, tgt_out in batches)
-            optimizer.zero_grad()
-            step_loss = 0.0
-            for src, tgt_in, tgt_out in batches:
-                out = loss_fn(model(src, tgt_in), tgt_out)  # (B, T, V) logits -> smoothed mean loss
-                weighted = out.loss * (out.n_tokens / n_target)  # token-weighted over the accum batches
-                (scaler.scale_loss(weighted) if scaler else weighted).backward()
-                window.add_batch(src, tgt_out, out, model_config)
-                step_loss = step_loss + _raw(weighted)
-            log_now = (state.step + 1) % train.log_every == 0
-            grad_norm = None
-            grad = optimizer.gather_grads()  # every gradient in one flat array: one kernel per check below
-            if scaler is not None:  # fp16: an overflow skips the step and lowers the scale
-                do_step = scaler.update(scaler.unscale_and_check(grad))
-            else:  # fp32: a non-finite loss or gradient means the run diverged; stop before it spreads
-                check_finite(grad, model, step_loss, state.step + 1, run_dir)
-                do_step = True
-            if do_step and (train.clip_norm > 0 or log_now):
-                grad_norm = clip_grad_norm(grad, train.clip_norm if train.clip_norm > 0 else math.inf)
-            if do_step:
-                optimizer.step()
-            state.step += 1
-            state.tokens_seen += n_target
-            dt = time.perf_counter() - t0
-            state.elapsed_s += dt
-            window.seconds += dt
-            window.updates += 1
-            bar.update(1)
-            if log_now:
-                record = window.summary(optimizer.current_lr(), grad_norm, scaler, peak)
-                metrics.write("train", state.step, epoch=state.epoch, **record)
-                bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}",
-                                tok_s=f"{record['tgt_tokens_per_s']:.0f}")
-                say(_format_train(state.step, record))
-                window = _Window()
-            if train.valid_every and state.step % train.valid_every == 0 and state.step < train.max_steps:
-                result.last_valid = _run_validation(model, loss_fn, prepared, run_config, state, metrics, say)
-            minutes_due = train.ckpt_minutes > 0 and time.perf_counter() - last_ckpt_time >= 60 * train.ckpt_minutes
-            if (state.step % train.ckpt_every == 0 or minutes_due or state.step == train.max_steps
-                    or stop.received):
-                saved = checkpointing.save(run_dir, model, model_config, optimizer, rng, tokenizer, state,
-                                           scaler, run_config, train.keep_last)
-                last_ckpt_time = time.perf_counter()
-            if stop.received:  # SIGINT/SIGTERM: the update is done and saved
-                result.stopped = stop.received
-                say(f"{stop.received}: stopped after step {state.step}, checkpoint {saved.name} written; "
-                    f"run the same command again to resume")
-                break
-        else:
-            result.last_valid = _run_validation(model, loss_fn, prepared, run_config, state, metrics, say)
+        with StopSignals() as stop:
+            model.train()
+            while at.step < train.max_steps:
+                t0 = time.perf_counter()
+                batches = [corpus_batch(prepared.train, b)
+                           for b in _next_batches(prepared, at, train.seed, train.accum)]
+                log_now = (at.step + 1) % train.log_every == 0
+                stats = train_step(model, batches, state.optimizer, loss_fn, state.scaler, train.clip_norm,
+                                   measure_grad_norm=log_now)
+                if not stats.finite and state.scaler is None:  # fp32: the run diverged; stop before it spreads
+                    raise_diverged(model, stats.loss_sum, at.step + 1, run_dir)
+                at.step += 1
+                at.tokens_seen += stats.tgt_tokens
+                dt = time.perf_counter() - t0
+                at.elapsed_s += dt
+                window.add(stats, dt, _flops(model.config, batches))
+                bar.update(1)
+                if log_now:
+                    record = window.summary(state.optimizer.current_lr(), state.scaler, peak)
+                    metrics.write("train", at.step, epoch=at.epoch, **record)
+                    bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}",
+                                    tok_s=f"{record['tgt_tokens_per_s']:.0f}")
+                    say(_format_train(at.step, record))
+                    window = _Window()
+                if train.valid_every and at.step % train.valid_every == 0 and at.step < train.max_steps:
+                    result.last_valid = _run_validation(model, loss_fn, prepared, run_config, at, metrics, say)
+                minutes_due = train.ckpt_minutes > 0 and time.perf_counter() - last_ckpt_time >= 60 * train.ckpt_minutes
+                if at.step % train.ckpt_every == 0 or minutes_due or at.step == train.max_steps or stop.received:
+                    saved = checkpointing.save(run_dir, state)
+                    last_ckpt_time = time.perf_counter()
+                if stop.received:  # SIGINT/SIGTERM: the update is done and saved
+                    result.stopped = stop.received
+                    say(f"{stop.received}: stopped after step {at.step}, checkpoint {saved.name} written; "
+                        f"run the same command again to resume")
+                    break
+            else:
+                result.last_valid = _run_validation(model, loss_fn, prepared, run_config, at, metrics, say)
     except KeyboardInterrupt:
-        say(f"interrupted at step {state.step}; run the same command again to resume from the last checkpoint")
+        say(f"interrupted at step {at.step}; run the same command again to resume from the last checkpoint")
         raise
     finally:
-        stop.__exit__(None, None, None)
         bar.close()
         metrics.close()
+    result.progress = state.progress
     result.checkpoints = list_checkpoints(run_dir)
     return result
 
 
-def _run_validation(model, loss_fn, prepared, run_config, state, metrics, say) -> dict:
+def _run_validation(model, loss_fn, prepared, run_config, at: Progress, metrics, say) -> dict:
     record = validate(model, loss_fn, prepared, run_config)
-    metrics.write("valid", state.step, **record)
+    metrics.write("valid", at.step, **record)
     bleu = f", BLEU {record['bleu']:.2f} on {record['bleu_sentences']} sentences" if "bleu" in record else ""
-    say(f"step {state.step:>7} | valid loss {record['loss']:.3f}, nll {record['nll']:.3f}, "
+    say(f"step {at.step:>7} | valid loss {record['loss']:.3f}, nll {record['nll']:.3f}, "
         f"ppl {record['ppl']:.2f}{bleu}")
     return record
+
+
+def _flops(config, batches) -> float:
+    """Model FLOPs of one update's batches (for MFU)."""
+    pad = config.pad_id
+    return sum(train_flops(config, int((s != pad).sum()), int((t != pad).sum()), s.shape[1], t.shape[1])
+               for s, _, t in batches)
 
 
 def _raw(value):
@@ -369,30 +350,32 @@ class _Window:
     """Sums over the updates since the last log line (losses stay on the device until read)."""
 
     def __init__(self):
-        self.updates = self.src_tokens = self.tgt_tokens = self.padded = self.real = 0
+        self.updates = self.src_tokens = self.tgt_tokens = self.padded = 0
         self.loss_sum = self.nll_sum = 0.0
         self.seconds = self.flops = 0.0
+        self.grad_norm = None
 
-    def add_batch(self, src, tgt_out, out, model_config) -> None:
-        n_src = int((src != model_config.pad_id).sum())
-        self.src_tokens += n_src
-        self.tgt_tokens += out.n_tokens
-        self.padded += src.size + tgt_out.size
-        self.real += n_src + out.n_tokens
-        self.loss_sum = self.loss_sum + out.loss.data * out.n_tokens  # device scalars: no host sync
-        self.nll_sum = self.nll_sum + _raw(out.nll_sum)
-        self.flops += train_flops(model_config, n_src, out.n_tokens, src.shape[1], tgt_out.shape[1])
+    def add(self, stats: StepStats, seconds: float, flops: float) -> None:
+        self.updates += 1
+        self.src_tokens += stats.src_tokens
+        self.tgt_tokens += stats.tgt_tokens
+        self.padded += stats.padded_tokens
+        self.loss_sum = self.loss_sum + stats.loss_sum  # device scalars: no host sync
+        self.nll_sum = self.nll_sum + _raw(stats.nll_sum)
+        self.seconds += seconds
+        self.flops += flops
+        self.grad_norm = stats.grad_norm if stats.grad_norm is not None else self.grad_norm
 
-    def summary(self, lr: float, grad_norm, scaler, peak) -> dict:
-        self.updates = max(self.updates, 1)
-        loss, nll = float(self.loss_sum) / self.tgt_tokens, float(self.nll_sum) / self.tgt_tokens
+    def summary(self, lr: float, scaler, peak) -> dict:
+        updates, tgt = max(self.updates, 1), max(self.tgt_tokens, 1)
+        loss, nll = float(self.loss_sum) / tgt, float(self.nll_sum) / tgt
         seconds = max(self.seconds, 1e-9)
         record = {
             "loss": loss, "nll": nll, "ppl": math.exp(min(nll, 50.0)), "lr": lr,
-            "src_tokens_per_update": self.src_tokens / self.updates,
-            "tgt_tokens_per_update": self.tgt_tokens / self.updates,
-            "padding": 1.0 - self.real / max(self.padded, 1),
-            "grad_norm": None if grad_norm is None else float(grad_norm),
+            "src_tokens_per_update": self.src_tokens / updates,
+            "tgt_tokens_per_update": self.tgt_tokens / updates,
+            "padding": 1.0 - (self.src_tokens + self.tgt_tokens) / max(self.padded, 1),
+            "grad_norm": None if self.grad_norm is None else float(self.grad_norm),
             "tgt_tokens_per_s": self.tgt_tokens / seconds, "seconds": self.seconds,
             "mfu": mfu(self.flops / seconds, peak),
         }

@@ -1,9 +1,9 @@
 """Batch translation: text lines in, text lines out, in the input's order (§6.1 decoding).
 
 Steps: tokenize every line, sort by length (so a batch pads little), cut into
-batches within a source-token budget, decode each batch with beam search
-(beam 4, α = 0.6, at most input + 50 tokens, §6.1) or greedily (beam 1),
-detokenize, and put the outputs back in input order. An empty input line
+batches within a source-token budget (batching.make_batches, as for training),
+decode each batch with beam search (beam 4, α = 0.6, at most input + 50 tokens,
+§6.1) or greedily (beam 1), detokenize, and put the outputs back in input order. An empty input line
 translates to an empty line, so output and input always pair up.
 
 Shapes: B sentences in a batch, S source length.
@@ -12,25 +12,9 @@ Shapes: B sentences in a batch, S source length.
 from collections.abc import Sequence
 
 import minitensor as mt
-from train.batching import pad_batch
+from train.batching import make_batches, pad_batch
 from train.errors import InputError
 from transformer.search import beam_search, greedy_decode
-
-
-def length_batches(lengths: Sequence[int], max_tokens: int, max_sentences: int = 256) -> list[list[int]]:
-    """Indices sorted by length (longest first), cut so B * S stays within max_tokens."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batches, current, longest = [], [], 0
-    for i in order:
-        widest = max(longest, lengths[i])
-        if current and ((len(current) + 1) * widest > max_tokens or len(current) == max_sentences):
-            batches.append(current)
-            current, widest = [], lengths[i]
-        current.append(i)
-        longest = widest
-    if current:
-        batches.append(current)
-    return batches
 
 
 def translate_ids(model, sources: Sequence[Sequence[int]], beam: int = 4, alpha: float = 0.6,
@@ -41,12 +25,14 @@ def translate_ids(model, sources: Sequence[Sequence[int]], beam: int = 4, alpha:
     """
     eos, pad = model.config.eos_id, model.config.pad_id
     with_eos = [list(s) + [eos] for s in sources]
+    lengths = [len(s) for s in with_eos]
+    budget = max(max_tokens, max(lengths, default=1))                   # a sentence longer than the budget goes alone
     outputs: list[list[int]] = [[] for _ in sources]
     was_training = model.training
     model.eval()
     try:
         with mt.no_grad():
-            for batch in length_batches([len(s) for s in with_eos], max_tokens):
+            for batch in make_batches(lengths, lengths, budget, max_sentences=256):
                 src = pad_batch([with_eos[i] for i in batch], pad)  # (B, S)
                 if beam > 1:
                     hyps = beam_search(model, src, beam=beam, alpha=alpha, max_len_b=max_len_b)
@@ -95,4 +81,4 @@ def read_stdin_lines(stream, where: str = "<stdin>") -> list[str]:
     return lines
 
 
-__all__ = ["length_batches", "translate_ids", "translate_lines", "read_stdin_lines"]
+__all__ = ["translate_ids", "translate_lines", "read_stdin_lines"]

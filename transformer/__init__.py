@@ -7,7 +7,7 @@
 
 Modules map to the paper: config (Table 3), attention (§3.2), feed_forward (§3.3),
 embedding (§3.4), positional (§3.5), layers (§3.1), model (Figure 1), loss (§5.4),
-search (§6.1), checkpoint + model_io (saving, §6.1 averaging).
+search (§6.1), checkpoint (saving and loading models, §6.1 averaging).
 """
 from .config import TransformerConfig
 from .loss import LabelSmoothingLoss, LossOutput

@@ -8,10 +8,10 @@ Shapes: B batch, H heads, Tq queries, Tk keys, D = d_model, K = d_k, Kv = d_v.
 
 All heads run at once: the h projections W_i^Q are the column blocks of one
 (D, H·K) matrix `w_q`, and heads are a batch axis of the matmuls (no loop).
-`scaled_dot_product_attention` below is Eq. (1) written op by op, the version
-to read; MultiHeadAttention runs the same equations as one fused Function
-(minitensor.functions.Attention: scale, mask, dropout and the head split and
-merge inside), which tests check against it, values and gradients.
+`scaled_dot_product_attention` below is Eq. (1) written op by op, and it is what
+runs with `config.impl = "composed"` (the default). With `impl = "fused"` the same
+equations run as one Function (transformer.fused.Attention: scale, mask, dropout and
+the head split and merge inside), which tests tie to this code, values and gradients.
 Attention weights are returned, never stored on the module.
 """
 from __future__ import annotations
@@ -21,8 +21,9 @@ import math
 import numpy as np
 
 import minitensor as mt
-from minitensor import functions as F
 from minitensor import nn
+
+from .fused import Attention
 
 
 def scaled_dot_product_attention(q, k, v, mask=None, dropout=None):
@@ -57,9 +58,9 @@ class MultiHeadAttention(nn.Module):
     """
 
     def __init__(self, d_model: int, h: int, d_k: int, d_v: int, rng: np.random.Generator,
-                 attention_dropout: float = 0.0):
+                 attention_dropout: float = 0.0, fused: bool = False):
         super().__init__()
-        self.h, self.d_k, self.d_v = h, d_k, d_v
+        self.h, self.d_k, self.d_v, self.fused = h, d_k, d_v, fused
         self.w_q = nn.Linear(d_model, h * d_k, rng=rng)
         self.w_k = nn.Linear(d_model, h * d_k, rng=rng)
         self.w_v = nn.Linear(d_model, h * d_v, rng=rng)
@@ -75,10 +76,16 @@ class MultiHeadAttention(nn.Module):
 
     def attend(self, q, k, v, mask=None) -> tuple[mt.Tensor, mt.Tensor]:
         """Packed heads in, d_model out: (output (B, Tq, D), weights (B, H, Tq, Tk))."""
-        p, seed = self.dropout.draw() if self.dropout is not None else (0.0, None)
         mask = None if mask is None else q.backend.asarray(mask)
-        heads, weights = F.Attention.apply(q, k, v, heads=self.h, mask=mask, p=p, seed=seed)   # §3.2.1, Eq. (1) per head; Concat
-        return self.w_o(heads), mt.Tensor._wrap(weights, q.backend)    # §3.2.2: Concat(...) W^O, (B, Tq, H·Kv) -> (B, Tq, D)
+        if self.fused:                                                 # the same equations as one op (fused.py)
+            p, seed = self.dropout.draw() if self.dropout is not None else (0.0, None)
+            heads, weights = Attention.apply(q, k, v, heads=self.h, mask=mask, p=p, seed=seed)
+            weights = mt.Tensor._wrap(weights, q.backend)
+        else:
+            out, weights = scaled_dot_product_attention(                # §3.2.1, Eq. (1) for every head at once
+                split_heads(q, self.h), split_heads(k, self.h), split_heads(v, self.h), mask, self.dropout)
+            heads = merge_heads(out)                                   # §3.2.2: Concat(head_1, ..., head_h)
+        return self.w_o(heads), weights                                # §3.2.2: Concat(...) W^O, (B, Tq, H·Kv) -> (B, Tq, D)
 
     def forward(self, query: mt.Tensor, memory: mt.Tensor | None = None, mask=None):
         """Self-attention when memory is None (§3.2.3), else queries attend to memory (encoder-decoder).

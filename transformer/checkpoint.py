@@ -1,6 +1,8 @@
 """Checkpoints as safetensors files, written and read here: no pickle, no safetensors package.
 
-Checkpoint averaging follows §6.1 ("averaging the last 5 checkpoints").
+Two layers: the file format (save_checkpoint / load_checkpoint of plain NumPy dicts,
+verified by sha256), and whole models on top of it (save_model / load_model /
+restore_optimizer). Checkpoint averaging follows §6.1 ("averaging the last 5 checkpoints").
 
 File layout (the safetensors format, https://github.com/huggingface/safetensors):
 
@@ -273,3 +275,70 @@ def latest_valid_checkpoint(run_dir: str | Path) -> Path | None:
             continue
         return path
     return None
+
+
+# --------------------------------------------------------------------------- whole models
+# A model file holds each parameter by name (e.g. encoder.layers.0.self_attn.w_q.weight), optionally
+# Adam's state as optimizer.m.<name>, optimizer.v.<name>, optimizer.step, and in its metadata
+# {"format": MODEL_FORMAT, "config": config.to_dict(), ...the caller's metadata}.
+MODEL_FORMAT = "transformer-model/1"
+OPTIMIZER_PREFIX = "optimizer."
+
+
+def save_model(path, model, optimizer=None, metadata: dict | None = None) -> None:
+    """Write the model's parameters, its config (as JSON metadata) and optionally Adam's state to `path`."""
+    tensors = model.state_dict()
+    if optimizer is not None:
+        for key, value in optimizer.state_dict().items():              # "step", "m.<name>", "v.<name>"
+            tensors[OPTIMIZER_PREFIX + key] = np.asarray(value)
+    meta = dict(metadata or {})
+    meta.update(format=MODEL_FORMAT, config=model.config.to_dict())
+    save_checkpoint(path, tensors, meta)
+
+
+def load_model(path, backend="numpy", vocab_size: int | None = None, precision: str = "fp32"):
+    """(model, config, metadata) from a file written by save_model; the model is in eval mode.
+
+    `vocab_size`, when given, must match the checkpoint's (e.g. the tokenizer you are about
+    to use). Any missing, unexpected or mis-shaped tensor raises CheckpointError naming the
+    file and the tensor. Optimizer state in the file is ignored (see restore_optimizer).
+    """
+    from .config import TransformerConfig
+    from .model import Transformer
+
+    path = Path(path)
+    tensors, metadata = load_checkpoint(path)
+    if "config" not in metadata:
+        raise CheckpointError(f"{path.name}: no 'config' in the metadata (not written by save_model?)")
+    try:
+        config = TransformerConfig.from_dict(metadata["config"])
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"{path.name}: bad config in the metadata: {err}") from None
+    model = Transformer(config, np.random.default_rng(0), backend=backend, precision=precision)
+    if vocab_size is not None and vocab_size != config.vocab_size:
+        table = next(name for name, _ in model.named_parameters() if name.startswith("embeddings."))
+        raise CheckpointError(f"{path.name}: tensor {table!r} has a vocabulary of {config.vocab_size} "
+                              f"but {vocab_size} was asked for")
+    load_weights(path, tensors, model)
+    model.eval()
+    return model, config, metadata
+
+
+def load_weights(path, tensors: dict[str, np.ndarray], model) -> None:
+    """Copy the model's parameters out of a loaded file's tensors (optimizer entries ignored)."""
+    weights = {k: v for k, v in tensors.items() if not k.startswith(OPTIMIZER_PREFIX)}
+    check_shapes({name: p.shape for name, p in model.named_parameters()}, weights, path)
+    model.load_state_dict(weights)
+
+
+def restore_optimizer(path, tensors: dict[str, np.ndarray], optimizer) -> None:
+    """Restore Adam's moments and step from a loaded file's tensors (saved by save_model(optimizer=...))."""
+    state = {k[len(OPTIMIZER_PREFIX):]: v for k, v in tensors.items() if k.startswith(OPTIMIZER_PREFIX)}
+    if not state:
+        raise CheckpointError(f"{Path(path).name}: holds no optimizer state (saved without optimizer=?)")
+    expected = {"step": ()}
+    for name, p in optimizer.named_params:
+        expected[f"m.{name}"] = expected[f"v.{name}"] = p.shape
+    check_shapes({OPTIMIZER_PREFIX + k: v for k, v in expected.items()},
+                 {OPTIMIZER_PREFIX + k: v for k, v in state.items()}, path)
+    optimizer.load_state_dict(state)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 NORMS = ("post", "pre")
 POSITIONALS = ("sinusoidal", "learned")
+IMPLS = ("composed", "fused")
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,11 @@ class TransformerConfig:
 
     d_k and d_v default to d_model // h (§3.2.2); set them to try Table 3 rows (A) and (B).
     Fields the paper does not fix are marked "paper silent".
+
+    `impl` is not a hyperparameter: it picks how attention, the sub-layer connection and
+    the loss run. "composed" runs the equations op by op, as the chapters build them;
+    "fused" runs the same math as one Function each (transformer/fused.py), fewer ops
+    for the same numbers (a test trains both ways and compares).
     """
 
     vocab_size: int = 37000           # §5.1: shared source-target BPE vocabulary of about 37,000
@@ -44,6 +50,7 @@ class TransformerConfig:
     unk_id: int = 1
     bos_id: int = 2
     eos_id: int = 3
+    impl: str = "composed"            # "composed" (op by op, the default) or "fused" (fused.py); same math
 
     def __post_init__(self):
         if self.d_k is None or self.d_v is None:
@@ -62,6 +69,7 @@ class TransformerConfig:
             value = getattr(self, name)
             _require(0.0 <= value < 1.0, f"{name} must be in [0, 1), got {value!r}")
         _require(self.norm in NORMS, f"norm must be one of {NORMS}, got {self.norm!r}")
+        _require(self.impl in IMPLS, f"impl must be one of {IMPLS}, got {self.impl!r}")
         _require(self.positional in POSITIONALS,
                  f"positional must be one of {POSITIONALS}, got {self.positional!r}")
         _require(self.positional != "sinusoidal" or self.d_model % 2 == 0,

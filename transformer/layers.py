@@ -11,17 +11,15 @@ position i sees only positions ≤ i (§3.2.3).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 import minitensor as mt
-from minitensor import functions as F
 from minitensor import nn
 
 from .attention import MultiHeadAttention
 from .config import TransformerConfig
 from .feed_forward import PositionwiseFeedForward
+from .fused import DropoutAddLayerNorm
 
 
 class SublayerConnection(nn.Module):
@@ -32,11 +30,12 @@ class SublayerConnection(nn.Module):
     # DEVIATION(§3.1): "pre" normalises the sub-layer input instead of the sum (as the Annotated
     # Transformer and most later models do); it trains deeper stacks without warm-up tricks. The
     # stacks then end with one more LayerNorm. Default is the paper's "post".
+    With config.impl = "fused", post-norm runs as one Function (fused.DropoutAddLayerNorm).
     """
 
     def __init__(self, config: TransformerConfig, rng: np.random.Generator):
         super().__init__()
-        self.pre_norm = config.norm == "pre"
+        self.pre_norm, self.fused = config.norm == "pre", config.impl == "fused"
         self.norm = nn.LayerNorm(config.d_model, eps=config.layernorm_eps)
         self.dropout = nn.Dropout(config.p_drop, rng=rng)
 
@@ -46,13 +45,16 @@ class SublayerConnection(nn.Module):
             out, aux = sublayer(self.norm(x))
             return x + self.dropout(out), aux                      # DEVIATION(§3.1): pre-norm residual
         out, aux = sublayer(x)
-        p, seed = self.dropout.draw()                              # §3.1: LayerNorm(x + Dropout(Sublayer(x))), one fused op
-        return F.DropoutAddLayerNorm.apply(x, out, self.norm.gamma, self.norm.beta, eps=self.norm.eps,
-                                           p=p, seed=seed), aux
+        if self.fused:                                             # the same line as one op (fused.py)
+            p, seed = self.dropout.draw()
+            return DropoutAddLayerNorm.apply(x, out, self.norm.gamma, self.norm.beta, eps=self.norm.eps,
+                                             p=p, seed=seed), aux
+        return self.norm(x + self.dropout(out)), aux               # §3.1, §5.4: LayerNorm(x + Dropout(Sublayer(x)))
 
 
 def _attention(config: TransformerConfig, rng) -> MultiHeadAttention:
-    return MultiHeadAttention(config.d_model, config.h, config.d_k, config.d_v, rng, config.attention_dropout)
+    return MultiHeadAttention(config.d_model, config.h, config.d_k, config.d_v, rng, config.attention_dropout,
+                              fused=config.impl == "fused")
 
 
 class EncoderLayer(nn.Module):
@@ -81,7 +83,7 @@ class DecoderLayer(nn.Module):
         self.feed_forward = PositionwiseFeedForward(config.d_model, config.d_ff, rng)
         self.sublayers = nn.ModuleList([SublayerConnection(config, rng) for _ in range(3)])
 
-    def forward(self, x, memory, src_mask, tgt_mask, layer_cache: dict | None = None):
+    def forward(self, x, memory, src_mask, tgt_mask, layer_cache: "LayerCache | None" = None):
         """x (B, T, D), memory (B, S, D) -> (x (B, T, D), self weights (B, H, T, P+T), cross weights (B, H, T, S)).
 
         With layer_cache (incremental decoding) the new keys/values are appended to the
@@ -95,18 +97,14 @@ class DecoderLayer(nn.Module):
     def _self_attention(self, y, tgt_mask, layer_cache):
         if layer_cache is None:
             return self.self_attn(y, None, tgt_mask)               # §3.2.3: masked decoder self-attention
-        k, v = self.self_attn.project_kv(y)                        # (n, T, H·K) for the new positions
-        if layer_cache.get("self_k") is not None:
-            k = mt.concat([layer_cache["self_k"], k], axis=1)      # (n, P, H·K) + (n, T, H·K) -> (n, P+T, H·K)
-            v = mt.concat([layer_cache["self_v"], v], axis=1)
-        layer_cache["self_k"], layer_cache["self_v"] = k, v
+        k, v = layer_cache.append_self(*self.self_attn.project_kv(y))   # (n, P+T, H·K): past and new positions
         return self.self_attn.attend(self.self_attn.project_q(y), k, v, tgt_mask)
 
     def _cross_attention(self, y, memory, src_mask, layer_cache):
         if layer_cache is None:
             return self.cross_attn(y, memory, src_mask)            # §3.2.3: queries from the decoder, keys/values from memory
         q = self.cross_attn.project_q(y)
-        return self.cross_attn.attend(q, layer_cache["cross_k"], layer_cache["cross_v"], src_mask)
+        return self.cross_attn.attend(q, layer_cache.cross_k, layer_cache.cross_v, src_mask)
 
 
 class Encoder(nn.Module):
@@ -153,34 +151,57 @@ class Decoder(nn.Module):
             k, v = layer.cross_attn.project_kv(memory)             # (B, S, H·K), (B, S, H·Kv)
             if beam > 1:
                 k, v = k[rows], v[rows]                            # (B, S, H·K) -> (B·beam, S, H·K)
-            layers.append({"cross_k": k, "cross_v": v, "self_k": None, "self_v": None})
-        return DecoderCache(layers=layers, src_mask=src_mask[rows] if beam > 1 else src_mask, length=0)
+            layers.append(LayerCache(cross_k=k, cross_v=v))
+        return DecoderCache(layers, src_mask[rows] if beam > 1 else src_mask)
 
 
-@dataclass
-class DecoderCache:
-    """What incremental decoding keeps between steps (one entry per decoder layer).
+class LayerCache:
+    """One decoder layer's keys and values during incremental decoding (heads packed, H·K wide).
 
-    layers[i]: "self_k"/"self_v" (n, P, H·K) keys/values of every position decoded so
-    far, heads packed (grows by one position per step, so step P costs O(P)); "cross_k"/"cross_v"
-    (n, S, H·K) from the memory, fixed. src_mask (n, 1, 1, S); length = P.
+    Why a cache: at step P the decoder's self-attention needs the keys and values of every
+    earlier position (§3.2.3: position i sees positions ≤ i). They do not change once
+    computed, so each step projects only the new token and appends it: step P costs O(P)
+    instead of re-running the whole prefix, O(P²). The encoder-decoder keys and values
+    come from the memory, fixed for the sentence, and are projected once.
     """
 
-    layers: list
-    src_mask: object
-    length: int = 0
+    __slots__ = ("self_k", "self_v", "cross_k", "cross_v")
 
-    def reorder(self, indices) -> "DecoderCache":
-        """Rows `indices` of the self-attention keys/values (beam search keeps, drops and copies hypotheses).
+    def __init__(self, cross_k: mt.Tensor, cross_v: mt.Tensor):
+        self.self_k = self.self_v = None                           # (n, P, H·K), (n, P, H·Kv); None before step 1
+        self.cross_k, self.cross_v = cross_k, cross_v              # (n, S, H·K), (n, S, H·Kv)
+
+    def append_self(self, k: mt.Tensor, v: mt.Tensor) -> tuple[mt.Tensor, mt.Tensor]:
+        """Add the new positions' keys/values (n, T, ·); returns all of them, (n, P+T, ·)."""
+        if self.self_k is not None:
+            k = mt.concat([self.self_k, k], axis=1)                # (n, P, H·K) + (n, T, H·K) -> (n, P+T, H·K)
+            v = mt.concat([self.self_v, v], axis=1)
+        self.self_k, self.self_v = k, v
+        return k, v
+
+
+class DecoderCache:
+    """What incremental decoding keeps between steps: a LayerCache per decoder layer, the
+    source padding mask (n, 1, 1, S), and `length` = P, the positions decoded so far.
+
+    Every method changes the cache in place (decoding owns it; nothing is returned).
+    """
+
+    __slots__ = ("layers", "src_mask", "length")
+
+    def __init__(self, layers: list[LayerCache], src_mask):
+        self.layers, self.src_mask, self.length = layers, src_mask, 0
+
+    def advance(self, steps: int) -> None:
+        self.length += steps
+
+    def reorder(self, rows) -> None:
+        """Keep rows `rows` of the self-attention keys/values (beam search keeps, drops and copies hypotheses).
 
         Each row must map to a row of the same sentence: the encoder-decoder keys/values,
         identical within a sentence's beams, are not gathered again.
         """
-        layers = []
-        for entry in self.layers:
-            entry = dict(entry)
-            if entry["self_k"] is not None:
-                indices = entry["self_k"].backend.asarray(indices)
-                entry["self_k"], entry["self_v"] = entry["self_k"][indices], entry["self_v"][indices]
-            layers.append(entry)
-        return DecoderCache(layers=layers, src_mask=self.src_mask, length=self.length)
+        for layer in self.layers:
+            if layer.self_k is not None:
+                index = layer.self_k.backend.asarray(rows)
+                layer.self_k, layer.self_v = layer.self_k[index], layer.self_v[index]

@@ -2,11 +2,15 @@
 
 Shapes: B batch, T target length, V vocab, N = B·T rows.
 
-Smoothed target q (convention of minitensor/kernels/README.md, chosen and tested):
-1 − ε on the gold token, 0 on padding, ε/(V − 2) on each of the other V − 2 tokens.
+Smoothed target q (chosen and tested; the paper does not spell it out): 1 − ε on the
+gold token, 0 on padding, ε/(V − 2) on each of the other V − 2 tokens.
 Per token: loss = −Σ_j q_j log p_j. The reported loss is the sum over non-pad
 tokens divided by their number; the true NLL (−log p_gold, what perplexity
-needs) is summed alongside by the same fused kernel.
+needs) is summed alongside.
+
+`impl = "composed"` (the default) builds q and the sum from Tensor ops, as chapter 09
+derives them; `impl = "fused"` runs minitensor's CrossEntropy kernel, which never
+builds the (N, V) q (loss, NLL and gradient in one pass over V). Tests compare both.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ import numpy as np
 
 import minitensor as mt
 from minitensor.functions import CrossEntropy
+from minitensor.functions.composed import smoothed_targets
 
 
 @dataclass
@@ -29,12 +34,14 @@ class LossOutput:
 
 
 class LabelSmoothingLoss:
-    """§5.4 label smoothing; padding targets (pad_idx) contribute nothing."""
+    """§5.4 label smoothing; padding targets (pad_id) contribute nothing."""
 
-    def __init__(self, eps_ls: float, pad_idx: int | None):
+    def __init__(self, eps_ls: float, pad_id: int | None, impl: str = "composed"):
         if not 0.0 <= eps_ls < 1.0:
             raise ValueError(f"eps_ls must be in [0, 1), got {eps_ls}")
-        self.eps_ls, self.pad_idx = eps_ls, pad_idx
+        if impl not in ("composed", "fused"):
+            raise ValueError(f"impl must be 'composed' or 'fused', got {impl!r}")
+        self.eps_ls, self.pad_id, self.fused = eps_ls, pad_id, impl == "fused"
 
     def __call__(self, logits: mt.Tensor, targets) -> LossOutput:
         """logits (B, T, V), targets (B, T) integer -> LossOutput."""
@@ -43,19 +50,29 @@ class LabelSmoothingLoss:
         if tuple(targets.shape) != (B, T):
             raise ValueError(f"targets of shape {tuple(targets.shape)} do not match logits {logits.shape}")
         host = targets if isinstance(targets, np.ndarray) else logits.backend.to_numpy(targets)
-        n_tokens = int(host.size if self.pad_idx is None else (host != self.pad_idx).sum())
+        n_tokens = int(host.size if self.pad_id is None else (host != self.pad_id).sum())
         flat = logits.reshape(B * T, V)                                        # (B, T, V) -> (N, V)
         if flat.dtype == np.float16 and logits.device == "cpu":
             # The GPU kernel reads float16 logits and keeps its sums in float32 (kernels/README.md),
             # so only the CPU path needs a float32 copy for the loss to be computed in float32.
             flat = flat.astype(np.float32)
-        rows, nll = CrossEntropy.apply(flat, targets=logits.backend.asarray(host.reshape(-1)),
-                                       eps_ls=self.eps_ls, pad_idx=self.pad_idx)   # (N,), (N,)
+        flat_targets = logits.backend.asarray(host.reshape(-1))               # (N,)
+        if self.fused:                                                         # one kernel, no (N, V) q
+            rows, nll = CrossEntropy.apply(flat, targets=flat_targets, smoothing=self.eps_ls,
+                                           ignore_index=self.pad_id)           # (N,), (N,)
+            nll_sum = nll.sum()
+        else:
+            log_p = flat.log_softmax(-1)                                       # (N, V) log p_j
+            xp = flat.backend.xp
+            q = smoothed_targets(xp, flat_targets, V, self.eps_ls, self.pad_id, flat.dtype)   # (N, V)
+            rows = -(log_p * q).sum(axis=-1)                                   # §5.4: −Σ_j q_j log p_j, (N,)
+            gold = log_p.data[xp.arange(B * T), flat_targets]                  # log p_gold, no gradient needed
+            nll_sum = -(gold if self.pad_id is None else gold * (flat_targets != self.pad_id)).sum()
         loss = rows.sum() * (1.0 / max(n_tokens, 1))                           # §5.4: mean over non-pad tokens
-        return LossOutput(loss=loss, nll_sum=nll.sum(), n_tokens=n_tokens)
+        return LossOutput(loss=loss, nll_sum=nll_sum, n_tokens=n_tokens)
 
 
-def closed_form_smoothed_loss(logits: np.ndarray, targets: np.ndarray, eps_ls: float, pad_idx: int):
+def closed_form_smoothed_loss(logits: np.ndarray, targets: np.ndarray, eps_ls: float, pad_id: int):
     """NumPy twin in float64 via the closed form, no q matrix: (mean smoothed loss, nll sum, n_tokens).
 
     With lse = log Σ_j exp z_j and Σ_j q_j = 1:
@@ -66,8 +83,8 @@ def closed_form_smoothed_loss(logits: np.ndarray, targets: np.ndarray, eps_ls: f
     V, rows = z.shape[1], np.arange(z.shape[0])
     m = z.max(axis=1)
     lse = m + np.log(np.exp(z - m[:, None]).sum(axis=1))                       # (N,)
-    gold, pad = z[rows, t], z[:, pad_idx]
+    gold, pad = z[rows, t], z[:, pad_id]
     smoothed = lse - (1 - eps_ls) * gold - eps_ls / (V - 2) * (z.sum(axis=1) - gold - pad)   # §5.4
-    keep = t != pad_idx
+    keep = t != pad_id
     n_tokens = int(keep.sum())
     return float(smoothed[keep].sum() / max(n_tokens, 1)), float((lse - gold)[keep].sum()), n_tokens

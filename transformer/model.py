@@ -12,6 +12,9 @@ or CuPy on the GPU); the model moves them to its backend.
 
 The search interface (search.py uses only these): encode(src_ids),
 init_cache(src_ids, memory, beam), decode_step(cache, tokens), cache.reorder(rows).
+
+Precision is chosen when the model is built (`precision=`, see PRECISIONS): the dtype of
+the weights (float32 masters, float64 for exact checks) and of the activations.
 """
 from __future__ import annotations
 
@@ -27,31 +30,37 @@ from .masks import padding_mask, subsequent_mask
 from .positional import PositionalEncoding
 
 
+# precision -> (dtype of the weights, dtype of the activations)
+PRECISIONS = {
+    "fp64": (np.float64, np.float64),   # gradient checks and exact comparisons
+    "fp32": (np.float32, np.float32),   # the paper's setting (§5.2: P100s in fp32)
+    "fp16": (np.float32, np.float16),   # DEVIATION(§5.2): mixed precision, float32 master weights
+}
+
+
 class Transformer(nn.Module):
     """Encoder-decoder Transformer (Figure 1) built from `config`, weights drawn from `rng`.
 
-    `compute_dtype` (float32 by default) is the dtype of activations: the embedded
-    inputs are cast to it, and every layer casts its float32 master weights to the
-    activations' dtype, so setting np.float16 runs the matmuls in half precision.
+    `precision` (PRECISIONS) fixes the weights' and the activations' dtypes: the embedded
+    inputs are cast to the activation dtype, and every layer casts its master weights to
+    the activations' dtype, so "fp16" runs the matmuls in half precision.
     `rng` also seeds every dropout mask (one draw per call), so its state replays them.
     """
 
-    def __init__(self, config: TransformerConfig, rng: np.random.Generator, backend="cpu"):
+    def __init__(self, config: TransformerConfig, rng: np.random.Generator, backend="numpy",
+                 precision: str = "fp32"):
         super().__init__()
-        self.config = config
-        self.compute_dtype = np.float32
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
+        self.config, self.precision = config, precision
+        self.param_dtype, self.compute_dtype = PRECISIONS[precision]
         self.embeddings = Embeddings(config.vocab_size, config.d_model, config.tie_embeddings, rng)
         self.src_positions = PositionalEncoding(config.d_model, config.max_len, config.positional, rng)
         self.tgt_positions = PositionalEncoding(config.d_model, config.max_len, config.positional, rng)
         self.dropout = nn.Dropout(config.p_drop, rng=rng)          # §5.4: on the sums of embeddings and positions
         self.encoder = Encoder(config, rng)
         self.decoder = Decoder(config, rng)
-        self.to(backend)
-
-    @property
-    def backend(self):
-        """The backend the parameters live on (follows model.to(...))."""
-        return self.encoder.layers[0].self_attn.w_q.weight.backend
+        self.to(backend, self.param_dtype)
 
     # --- building blocks ----------------------------------------------------------------
     def _ids(self, ids):
@@ -82,7 +91,7 @@ class Transformer(nn.Module):
             src_mask = self.backend.asarray(src_mask)
         x, self_maps, cross_maps = self.decoder(x, memory, src_mask, tgt_mask, cache)
         if cache is not None:
-            cache.length += T
+            cache.advance(T)
         return self.embeddings.logits(x), self_maps, cross_maps       # (B, T, D) -> (B, T, V)
 
     # --- the public interface -------------------------------------------------------------

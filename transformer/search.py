@@ -24,7 +24,7 @@ Conventions (chosen and documented):
 The model interface used here is small, so a stub can stand in for tests:
 `model.config` (pad_id, bos_id, eos_id, max_len), `model.encode(src_ids)`,
 `model.init_cache(src_ids, memory, beam)`, `model.decode_step(cache, tokens) -> logits (n, V)`,
-`cache.reorder(rows) -> cache`; `model.eval()/train()` when present.
+`cache.reorder(rows)` (in place); `model.eval()/train()` when present.
 Output token lists exclude BOS and EOS.
 """
 from __future__ import annotations
@@ -171,5 +171,5 @@ def beam_search(model, src_ids, beam: int = 4, alpha: float = 0.6, max_len_b: in
                                       new_tokens[:, :, None]], axis=2)     # (B, k, t) -> (B, k, t+1)
             scores = np.where(done[:, None], -np.inf, new_scores)
             tokens = new_tokens.reshape(-1)                                # (n,)
-            cache = cache.reorder(rows.reshape(-1))
+            cache.reorder(rows.reshape(-1))
     return [tokens_ if tokens_ is not None else [] for _, tokens_ in best]

@@ -3,11 +3,10 @@
 They are slower (many small ops, each saving its own intermediates) but
 obviously right; tests check the fused Functions against them, values and
 gradients. Chapters use them to show what a fused kernel computes.
-Attention's twin is the paper's Eq. (1) itself, in transformer/attention.py.
+The Transformer's own fusions have their twins in transformer/ (Eq. (1) in
+attention.py, the sub-layer connection in layers.py).
 """
 from __future__ import annotations
-
-from .fused import Dropout
 
 
 def softmax_composed(x, axis=-1, scale=1.0, mask=None):
@@ -38,23 +37,25 @@ def layer_norm_composed(x, gamma, beta, eps):
     return centered / (var + eps).sqrt() * gamma + beta
 
 
-def dropout_add_layer_norm_composed(x, s, gamma, beta, eps, p, seed):
-    """LayerNorm(x + Dropout(s)), the post-norm sub-layer connection (§3.1, §5.4)."""
-    return layer_norm_composed(x + (s if p == 0.0 else Dropout.apply(s, p=p, seed=seed)), gamma, beta, eps)
+def smoothed_targets(xp, targets, num_classes: int, smoothing: float, ignore_index, dtype):
+    """Dense (N, C) q: 1 − smoothing on the target, 0 on ignore_index, the rest spread evenly.
 
-
-def cross_entropy_composed(logits, targets, eps_ls, pad_idx):
-    """Per-row label-smoothed cross-entropy −Σ q log p (§5.4), q as in kernels/README.md.
-
-    Builds q as a dense (N, V) array: exactly what the fused kernel avoids.
+    Rows whose target is ignore_index are all zero (they contribute nothing).
     """
-    xp = logits.backend.xp
-    n, v = logits.shape
-    log_p = log_softmax_composed(logits)
-    others = v - 2 if pad_idx is not None else v - 1
-    q = xp.full((n, v), eps_ls / others, dtype=logits.dtype)
-    q[xp.arange(n), targets] = 1.0 - eps_ls
-    if pad_idx is not None:
-        q[:, pad_idx] = 0.0
-        q[targets == pad_idx] = 0.0             # padding rows contribute nothing
-    return -(log_p * q).sum(axis=-1)
+    n = targets.shape[0]
+    others = num_classes - 2 if ignore_index is not None else num_classes - 1
+    q = xp.full((n, num_classes), smoothing / others if others > 0 else 0.0, dtype=dtype)
+    q[xp.arange(n), targets] = 1.0 - smoothing
+    if ignore_index is not None:
+        q[:, ignore_index] = 0.0
+        q[targets == ignore_index] = 0.0
+    return q
+
+
+def cross_entropy_composed(logits, targets, smoothing=0.0, ignore_index=None):
+    """Per-row −Σ q log softmax(logits), q from `smoothed_targets`.
+
+    Builds q as a dense (N, C) array: exactly what the fused kernel avoids.
+    """
+    q = smoothed_targets(logits.backend.xp, targets, logits.shape[1], smoothing, ignore_index, logits.dtype)
+    return -(log_softmax_composed(logits) * q).sum(axis=-1)

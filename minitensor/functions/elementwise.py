@@ -189,9 +189,8 @@ class Cast(Function):
 
     @staticmethod
     def forward(ctx, a, *, dtype):
-        ctx.input_dtype = a.dtype
         return a.astype(dtype)
 
     @staticmethod
     def backward(ctx, grad_out):
-        return grad_out.astype(ctx.input_dtype)
+        return grad_out.astype(ctx.input_dtypes[0])

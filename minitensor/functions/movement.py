@@ -14,12 +14,11 @@ class Reshape(Function):
 
     @staticmethod
     def forward(ctx, a, *, shape):
-        ctx.input_shape = a.shape
         return a.reshape(shape)
 
     @staticmethod
     def backward(ctx, grad_out):
-        return grad_out.reshape(ctx.input_shape)
+        return grad_out.reshape(ctx.input_shapes[0])
 
 
 class Permute(Function):
@@ -27,13 +26,13 @@ class Permute(Function):
 
     @staticmethod
     def forward(ctx, a, *, axes):
-        ctx.axes = axes
         return a.transpose(axes)
 
     @staticmethod
     def backward(ctx, grad_out):
-        inverse = [0] * len(ctx.axes)
-        for i, axis in enumerate(ctx.axes):
+        axes = ctx.params["axes"]
+        inverse = [0] * len(axes)
+        for i, axis in enumerate(axes):
             inverse[axis] = i
         return grad_out.transpose(inverse)
 
@@ -47,12 +46,11 @@ class Expand(Function):
 
     @staticmethod
     def forward(ctx, a, *, shape):
-        ctx.input_shape = a.shape
         return ctx.backend.xp.broadcast_to(a, shape)
 
     @staticmethod
     def backward(ctx, grad_out):
-        input_shape = ctx.input_shape
+        input_shape = ctx.input_shapes[0]
         lead = grad_out.ndim - len(input_shape)               # axes that were added in front
         axes = tuple(range(lead)) + tuple(
             lead + i for i, n in enumerate(input_shape) if n == 1 and grad_out.shape[lead + i] != 1)
@@ -65,14 +63,12 @@ class GetItem(Function):
 
     @staticmethod
     def forward(ctx, a, *, index):
-        ctx.input_shape, ctx.index = a.shape, index
-        ctx.input_dtype = a.dtype
         return a[index]
 
     @staticmethod
     def backward(ctx, grad_out):
-        grad = ctx.backend.xp.zeros(ctx.input_shape, dtype=ctx.input_dtype)
-        ctx.backend.scatter_add(grad, ctx.index, grad_out)
+        grad = ctx.backend.xp.zeros(ctx.input_shapes[0], dtype=ctx.input_dtypes[0])
+        ctx.backend.scatter_add(grad, ctx.params["index"], grad_out)
         return grad
 
 
@@ -81,16 +77,13 @@ class Embedding(Function):
 
     @staticmethod
     def forward(ctx, weight, *, ids):
-        ctx.save_for_backward(ids)
-        ctx.num_embeddings = weight.shape[0]
         return weight[ids]                                    # ids.shape + (D,)
 
     @staticmethod
     def backward(ctx, grad_out):
-        (ids,) = ctx.saved
-        d = grad_out.shape[-1]
+        ids, d = ctx.params["ids"], grad_out.shape[-1]
         return ctx.backend.embedding_backward(
-            grad_out.reshape(-1, d), ids.reshape(-1), ctx.num_embeddings)
+            grad_out.reshape(-1, d), ids.reshape(-1), ctx.input_shapes[0][0])   # (V, D) table
 
 
 class Concat(Function):
@@ -98,16 +91,15 @@ class Concat(Function):
 
     @staticmethod
     def forward(ctx, *arrays, axis):
-        ctx.axis = axis
-        ctx.sizes = [a.shape[axis] for a in arrays]
         return ctx.backend.xp.concatenate(arrays, axis=axis)
 
     @staticmethod
     def backward(ctx, grad_out):
-        grads, start = [], 0
-        for size, needed in zip(ctx.sizes, ctx.needs_input_grad):
+        axis, grads, start = ctx.params["axis"], [], 0
+        for shape, needed in zip(ctx.input_shapes, ctx.needs_input_grad):
+            size = shape[axis]
             index = [slice(None)] * grad_out.ndim
-            index[ctx.axis] = slice(start, start + size)
+            index[axis] = slice(start, start + size)
             grads.append(grad_out[tuple(index)] if needed else None)
             start += size
         return tuple(grads)

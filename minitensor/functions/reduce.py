@@ -15,14 +15,13 @@ class Sum(Function):
 
     @staticmethod
     def forward(ctx, a, *, axis, keepdims):
-        ctx.input_shape = a.shape
-        ctx.axis = axis
         return a.sum(axis=axis, keepdims=keepdims)
 
     @staticmethod
     def backward(ctx, grad_out):
-        grad = grad_out.reshape(_keep_dims(ctx.input_shape, ctx.axis))
-        return ctx.backend.xp.broadcast_to(grad, ctx.input_shape).copy()
+        shape = ctx.input_shapes[0]
+        grad = grad_out.reshape(_keep_dims(shape, ctx.params["axis"]))
+        return ctx.backend.xp.broadcast_to(grad, shape).copy()
 
 
 class Max(Function):
@@ -32,14 +31,14 @@ class Max(Function):
     def forward(ctx, a, *, axis, keepdims):
         out = a.max(axis=axis, keepdims=True)
         ctx.save_for_backward(a == out)
-        ctx.axis = axis
         return out if keepdims else out.reshape(_drop_dims(a.shape, axis))
 
     @staticmethod
     def backward(ctx, grad_out):
         (is_max,) = ctx.saved
-        count = is_max.sum(axis=ctx.axis, keepdims=True)
-        grad = grad_out.reshape(_keep_dims(is_max.shape, ctx.axis))
+        axis = ctx.params["axis"]
+        count = is_max.sum(axis=axis, keepdims=True)
+        grad = grad_out.reshape(_keep_dims(is_max.shape, axis))
         return is_max * (grad / count)
 
 

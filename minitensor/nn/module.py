@@ -68,6 +68,13 @@ class Module:
     def num_parameters(self) -> int:
         return sum(p.size for p in self.parameters())
 
+    @property
+    def backend(self):
+        """The backend the parameters live on (they all share one: see `to`)."""
+        for _, p in self.named_parameters():
+            return p.backend
+        raise AttributeError(f"{type(self).__name__} has no parameters, so no backend of its own")
+
     # --- modes, devices, gradients ---------------------------------------------------
     def train(self, mode: bool = True) -> "Module":
         for _, module in self.named_modules():
@@ -77,16 +84,20 @@ class Module:
     def eval(self) -> "Module":
         return self.train(False)
 
-    def to(self, device) -> "Module":
-        """Move every parameter and buffer to another backend, in place (optimizers come after)."""
-        target = get_backend(device)
+    def to(self, device=None, dtype=None) -> "Module":
+        """Move every parameter and buffer to another backend and/or float dtype, in place.
+
+        Build optimizers after this: they keep references to the arrays.
+        """
         for _, module in self.named_modules():
             for registry in (module._parameters, module._buffers):
                 for t in registry.values():
-                    if t.backend is not target:
-                        t.data = target.asarray(t.backend.to_numpy(t.data))
+                    target = t.backend if device is None else get_backend(device)
+                    if target is not t.backend:
+                        t.data, t.backend = target.asarray(t.backend.to_numpy(t.data)), target
                         t.grad = None
-                        t.backend = target
+                    if dtype is not None and t.data.dtype.kind == "f" and t.data.dtype != dtype:
+                        t.data, t.grad = t.data.astype(dtype), None
         return self
 
     def zero_grad(self) -> None:

@@ -8,7 +8,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_bench_cli_json_has_tracked_fields():
-    done = subprocess.run([sys.executable, "-m", "train", "bench", "--device", "cpu", "--steps", "1",
+    done = subprocess.run([sys.executable, "-m", "train", "bench", "--backend", "cpu", "--steps", "1",
                            "--warmup", "0", "--batch", "4", "--no-peer", "--json"],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -20,6 +20,6 @@ def test_bench_cli_json_has_tracked_fields():
 
 
 def test_bench_refuses_mixed_precision_on_cpu():
-    done = subprocess.run([sys.executable, "-m", "train", "bench", "--device", "cpu", "--precision", "fp16",
+    done = subprocess.run([sys.executable, "-m", "train", "bench", "--backend", "cpu", "--precision", "fp16",
                            "--no-peer"], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 2 and "error:" in done.stderr and "Traceback" not in done.stderr

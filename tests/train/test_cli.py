@@ -12,7 +12,7 @@ import pytest
 from train.__main__ import build_parser
 from transformer.config import TransformerConfig
 from transformer.model import Transformer
-from transformer.model_io import save_model
+from transformer.checkpoint import save_model
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMANDS = ["demo", "fit", "translate", "evaluate", "average", "plot", "doctor", "bench"]
@@ -125,7 +125,7 @@ def checkpoint(tmp_path_factory):
         other = Tokenizer.train([words] * 5, folder / "other", vocab_size=40)
     config = TransformerConfig.tiny(vocab_size=other.vocab_size + 10, N=1, d_model=16, d_ff=16, h=2)
     path = folder / "ckpt_00000001.safetensors"
-    save_model(path, Transformer(config, np.random.default_rng(0)), config)
+    save_model(path, Transformer(config, np.random.default_rng(0)))
     return path, other.model_path
 
 

@@ -7,6 +7,7 @@ import pytest
 from train import config as config_lib
 from train.config import RunConfig
 from train.errors import InputError
+from transformer import TransformerConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -89,16 +90,20 @@ def test_round_trip_through_dict_and_diff():
     c = config_lib.apply_overrides(RunConfig(), ["model.d_model=256", "train.max_steps=7"])
     again = config_lib.from_dict(c.to_dict())
     assert again == c
-    assert config_lib.diff(RunConfig().to_dict(), c.to_dict()) == ["model.d_model", "train.max_steps"]
+    assert config_lib.diff(RunConfig().to_dict(), c.to_dict()) == [
+        "model.d_k", "model.d_v", "model.d_model", "train.max_steps"]  # d_k = d_v = d_model/h follow d_model
 
 
-def test_transformer_config_derives_head_size():
-    c = config_lib.apply_overrides(RunConfig(), ["model.d_model=256", "model.h=4"])
-    tc = config_lib.transformer_config(c.model, vocab_size=1000)
-    assert (tc.vocab_size, tc.d_model, tc.d_k, tc.d_v) == (1000, 256, 64, 64)
-    bad = config_lib.apply_overrides(RunConfig(), ["model.d_model=100", "model.h=3"])
+def test_model_section_is_the_transformer_config_and_derives_head_size():
+    c = config_lib.apply_overrides(RunConfig(), ["model.d_model=256", "model.h=4", "tokenizer.vocab_size=1000"])
+    assert isinstance(c.model, TransformerConfig)
+    assert (c.model.vocab_size, c.model.d_model, c.model.d_k, c.model.d_v) == (1000, 256, 64, 64)
+    assert config_lib.apply_overrides(c, ["model.d_k=32"]).model.d_v == 64             # given: kept as given
     with pytest.raises(InputError, match="divisible"):
-        config_lib.transformer_config(bad.model, vocab_size=1000)
+        config_lib.apply_overrides(RunConfig(), ["model.d_model=100", "model.h=3"])
+    for key in ("model.vocab_size=5", "model.pad_id=4"):
+        with pytest.raises(InputError, match="decided by the tokenizer"):
+            config_lib.apply_overrides(RunConfig(), [key])
 
 
 @pytest.mark.parametrize("name", ["demo", "multi30k", "wmt14_en_de_base", "wmt14_en_de_big", "wmt14_en_fr_big"])

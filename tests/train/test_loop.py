@@ -97,7 +97,7 @@ def test_finished_run_is_not_touched(straight_run):
     run_dir, _ = straight_run
     before = {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()}
     result = quiet_fit(tiny_config("train.max_steps=12"), run_dir)
-    assert result.state.step == 12
+    assert result.progress.step == 12
     assert {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()} == before
 
 
@@ -124,17 +124,17 @@ def test_foreign_directory_is_refused_and_force_keeps_foreign_files(tmp_path):
 def test_reset_optimizer_keeps_weights_and_restarts_adam(straight_run, tmp_path):
     run_dir, straight = straight_run
     cfg = tiny_config("train.max_steps=12")
-    model = Transformer(config_lib.transformer_config(cfg.model, straight.tokenizer.vocab_size),
+    model = Transformer(cfg.model.replace(vocab_size=straight.tokenizer.vocab_size),
                         np.random.default_rng(5), backend="numpy")
     optimizer = mt.optim.Adam(list(model.named_parameters()))
-    rng = np.random.default_rng(5)
+    state = checkpointing.TrainState(cfg, model, optimizer, np.random.default_rng(5), straight.tokenizer)
     last = list_checkpoints(run_dir)[-1]
-    meta = checkpointing.restore(last, model, optimizer, rng, straight.tokenizer, reset_optimizer=True)
+    checkpointing.restore(last, state, reset_optimizer=True)
     assert optimizer.step_count == 0 and all(float(np.abs(m).sum()) == 0 for m in optimizer.m)
-    assert meta["train_state"]["step"] == 12
+    assert state.progress.step == 12
     for (name, a), (_, b) in zip(straight.model.named_parameters(), model.named_parameters()):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=name)
-    checkpointing.restore(last, model, optimizer, rng, straight.tokenizer)
+    checkpointing.restore(last, state)
     assert optimizer.step_count == 12
 
 
@@ -212,10 +212,11 @@ def test_every_pair_once_per_epoch_across_accumulation():
     """§5.1 batches: the loop's batch stream visits every batch once per epoch, in a new order each epoch."""
     from types import SimpleNamespace
 
-    from train.loop import TrainState, _next_batches
+    from train.checkpointing import Progress
+    from train.loop import _next_batches
 
     batches = [np.arange(i * 3, i * 3 + 3) for i in range(7)]  # 21 pairs in 7 batches
-    prepared, state = SimpleNamespace(batches=batches), TrainState()
+    prepared, state = SimpleNamespace(batches=batches), Progress()
     stream = []
     for _ in range(7):  # accum = 3: 21 batches = exactly 3 epochs
         stream += _next_batches(prepared, state, seed=0, count=3)

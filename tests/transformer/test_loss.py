@@ -13,7 +13,7 @@ def test_hand_computed_example():
     logits = np.log(np.array([[[1.0, 1.0, 2.0, 1.0], [3.0, 1.0, 1.0, 1.0]]]))   # (1, 2, 4); 2nd row is padding
     targets = np.array([[2, 0]])
     expected = 0.9 * math.log(5 / 2) + 0.1 * math.log(5)    # -(0.9 log 2/5 + 0.05 log 1/5 + 0.05 log 1/5)
-    out = LabelSmoothingLoss(0.1, pad_idx=0)(mt.tensor(logits, dtype=np.float64, backend="numpy"), targets)
+    out = LabelSmoothingLoss(0.1, pad_id=0)(mt.tensor(logits, dtype=np.float64, backend="numpy"), targets)
     assert out.n_tokens == 1
     assert out.loss.item() == pytest.approx(expected, rel=1e-12)
     assert float(out.nll_sum) == pytest.approx(math.log(5 / 2), rel=1e-12)
@@ -27,7 +27,7 @@ def test_matches_closed_form_on_random_batches(backend, eps_ls):
     logits = rng.standard_normal((3, 5, 9)) * 3
     targets = rng.integers(0, 9, (3, 5))
     targets[0, 3:] = 0
-    out = LabelSmoothingLoss(eps_ls, pad_idx=0)(mt.tensor(logits, backend=backend), targets)
+    out = LabelSmoothingLoss(eps_ls, pad_id=0)(mt.tensor(logits, backend=backend), targets)
     loss, nll, n = closed_form_smoothed_loss(logits, targets, eps_ls, 0)
     assert out.n_tokens == n == int((targets != 0).sum())
     assert out.loss.item() == pytest.approx(loss, rel=1e-5)
@@ -40,7 +40,7 @@ def test_gradient_is_p_minus_q_over_tokens():
     rng = np.random.default_rng(1)
     logits = mt.tensor(rng.standard_normal((2, 3, 6)), requires_grad=True, dtype=np.float64, backend="numpy")
     targets = np.array([[1, 4, 0], [5, 0, 0]])
-    LabelSmoothingLoss(0.1, pad_idx=0)(logits, targets).loss.backward()
+    LabelSmoothingLoss(0.1, pad_id=0)(logits, targets).loss.backward()
     p = np.exp(logits.numpy()) / np.exp(logits.numpy()).sum(-1, keepdims=True)
     q = np.full((2, 3, 6), 0.1 / 4)
     q[..., 0] = 0

@@ -83,7 +83,7 @@ def test_gradcheck_whole_tiny_model_through_the_loss(changes, names):
     src = random_ids(rng, 2, 4, 11, lengths=[4, 3])
     tgt = random_ids(rng, 2, 4, 11, lengths=[4, 3])
     tgt_in = np.concatenate([np.full((2, 1), 2), tgt[:, :-1]], axis=1)
-    loss = LabelSmoothingLoss(0.1, pad_idx=0)
+    loss = LabelSmoothingLoss(0.1, pad_id=0)
     if changes.get("positional") == "learned":
         names[-1:] = []                                   # a (32, 8) table: most rows unused, checked below
     params = dict(model.named_parameters())
@@ -137,7 +137,7 @@ def test_beam_cache_tiling_and_reorder_follow_the_rows():
         first, second = np.array([4, 5, 6, 7]), np.array([8, 9, 10, 4])
         model.decode_step(cache, first)                                           # position 0
         rows = np.array([1, 1, 3, 2])                                             # reorder within each sentence
-        cache = cache.reorder(rows)
+        cache.reorder(rows)
         got = model.decode_step(cache, second).numpy()                            # position 1
         full = model(src[[0, 0, 1, 1]], np.stack([first[rows], second], axis=1)).numpy()
     mt.assert_close(got, full[:, 1], "reordered step", atol=1e-5)
@@ -161,12 +161,12 @@ def test_attention_maps_are_returned_not_stored():
         assert not stored, f"{name} keeps tensors {stored} after a forward"
 
 
-def test_float16_compute_dtype_runs_close_to_float32():
-    model = small_model(backend="numpy")
+def test_fp16_precision_runs_close_to_fp32():
     rng = np.random.default_rng(9)
     src, tgt = random_ids(rng, 2, 5, 11), random_ids(rng, 2, 4, 11)
-    ref = model(src, tgt).numpy()
-    model.compute_dtype = np.float16
+    ref = small_model(backend="numpy")(src, tgt).numpy()
+    model = Transformer(small_model().config, np.random.default_rng(0), backend="numpy", precision="fp16")
+    assert model.embeddings.shared.weight.dtype == np.float32                   # float32 master weights
     logits = model(src, tgt)
     assert logits.dtype == np.float16
     mt.assert_close(logits.numpy().astype(np.float32), ref, "float16 logits", atol=2e-2, rtol=2e-2)

@@ -21,7 +21,7 @@ class StubCache:
         self.prefixes, self.started = prefixes, started
 
     def reorder(self, rows):
-        return StubCache([self.prefixes[r] for r in rows], self.started)
+        self.prefixes = [self.prefixes[r] for r in rows]
 
 
 class TreeModel:

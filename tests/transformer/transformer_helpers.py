@@ -14,11 +14,7 @@ def small_model(backend="numpy", seed=0, float64=False, **changes) -> Transforme
     """2 layers, d_model 8, h 2, d_ff 16, vocab 11, dropout off unless changed."""
     values = dict(vocab_size=11, N=2, d_model=8, d_ff=16, h=2, p_drop=0.0, max_len=32)
     config = TransformerConfig(**{**values, **changes})
-    model = Transformer(config, np.random.default_rng(seed), backend=backend)
-    if float64:
-        to_float64(model)
-        model.compute_dtype = np.float64
-    return model
+    return Transformer(config, np.random.default_rng(seed), backend=backend, precision="fp64" if float64 else "fp32")
 
 
 def random_ids(rng, B, L, vocab_size, lengths=None, pad_id=0, low=4):

@@ -1,12 +1,12 @@
-"""transformer/model_io.py: whole-model checkpoints (parameters, config, Adam state) and their errors."""
+"""transformer/checkpoint.py, whole models: checkpoints (parameters, config, Adam state) and their errors."""
 import numpy as np
 import pytest
 
 import minitensor as mt
 from minitensor.optim import Adam
 from transformer import LabelSmoothingLoss
-from transformer.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from transformer.model_io import load_model, load_optimizer_state, save_model
+from transformer.checkpoint import (CheckpointError, load_checkpoint, load_model, restore_optimizer, save_checkpoint,
+                                   save_model)
 from transformer_helpers import random_ids, small_model
 
 
@@ -20,7 +20,7 @@ def trained(tmp_path):
     LabelSmoothingLoss(0.1, 0)(model(src, tgt), tgt).loss.backward()
     optimizer.step()
     path = tmp_path / "model.safetensors"
-    save_model(path, model, model.config, optimizer, metadata={"step": 1, "note": "test"})
+    save_model(path, model, optimizer, metadata={"step": 1, "note": "test"})
     return model, optimizer, path, (src, tgt)
 
 
@@ -47,7 +47,7 @@ def test_names_in_the_file(trained):
 def test_optimizer_state_round_trip(trained):
     model, optimizer, path, _ = trained
     fresh = Adam(small_model(backend="numpy", tie_embeddings=False).named_parameters(), lr=1e-2)
-    load_optimizer_state(path, fresh)
+    restore_optimizer(path, load_checkpoint(path)[0], fresh)
     assert fresh.step_count == 1
     for a, b in zip(optimizer.m + optimizer.v, fresh.m + fresh.v):
         np.testing.assert_array_equal(a, b)
@@ -81,6 +81,6 @@ def test_missing_config_or_optimizer_state_is_an_error(tmp_path):
     save_checkpoint(path, model.state_dict(), {"step": 3})
     with pytest.raises(CheckpointError, match="bare.safetensors.*config"):
         load_model(path)
-    save_model(path, model, model.config)
+    save_model(path, model)
     with pytest.raises(CheckpointError, match="no optimizer state"):
-        load_optimizer_state(path, Adam(model.named_parameters()))
+        restore_optimizer(path, load_checkpoint(path)[0], Adam(model.named_parameters()))
