@@ -190,9 +190,9 @@ def bench_layernorm(table, rng):
 
 def bench_cross_entropy(table, rng):
     ce = launcher("cross_entropy_forward")
-    N, V, pad = 25000, 37000, 0
+    N, V, ignore_index = 25000, 37000, 0  # ignore_index: the pad id
     targets = cp.asarray(rng.integers(1, V, size=N))
-    targets[::50] = pad
+    targets[::50] = ignore_index
     for dtype in (FLOAT, HALF):
         logits = cp.random.default_rng(1).standard_normal((N, V), dtype=cp.float32).astype(dtype)
         n = logits.size * dtype.itemsize
@@ -202,18 +202,18 @@ def bench_cross_entropy(table, rng):
             tt = t(targets)
 
             def torch_ce():
-                loss = torch.nn.functional.cross_entropy(lt, tt, ignore_index=pad, label_smoothing=0.1,
+                loss = torch.nn.functional.cross_entropy(lt, tt, ignore_index=ignore_index, label_smoothing=0.1,
                                                          reduction="sum")
                 return torch.autograd.grad(loss, lt)
             base = table.add("cross_entropy", "torch F.cross_entropy fwd+bwd", dtype, torch_ce, 2 * n, "GB/s")
             del lt
-        ref = reference("cross_entropy_forward")(logits[:64].get(), targets[:64].get(), 0.1, pad)
+        ref = reference("cross_entropy_forward")(logits[:64].get(), targets[:64].get(), 0.1, ignore_index)
         for v, f in ce.VERSIONS.items():
             def check(f=f, v=v):
-                for got, want in zip(f(logits[:64], targets[:64], 0.1, pad), ref):
+                for got, want in zip(f(logits[:64], targets[:64], 0.1, ignore_index), ref):
                     assert_close(got, want, f"cross_entropy v{v}")
-            table.add("cross_entropy", f"cuda v{v}", dtype, lambda f=f: f(logits, targets, 0.1, pad), 2 * n,
-                      "GB/s", check=check, baseline=base)
+            table.add("cross_entropy", f"cuda v{v}", dtype, lambda f=f: f(logits, targets, 0.1, ignore_index),
+                      2 * n, "GB/s", check=check, baseline=base)
         del logits
         cp.get_default_memory_pool().free_all_blocks()
         if torch is not None:

@@ -8,6 +8,8 @@ import json
 import statistics
 import time
 
+from minitensor import get_backend
+
 
 def parse_args(description):
     """`--json` prints one JSON object instead of the table; `--repeats` sets the timed calls."""
@@ -47,6 +49,7 @@ def run_table(title, candidates, num_bytes, args, reference="reference"):
     num_bytes: minimum bytes moved per call (formula stated in each bench file).
     reference: the candidate name the speedup column divides by.
     """
+    get_backend("numba")  # Numba kernels run under the threading layer this backend sets, as in training
     rows = []
     for name, fn, is_jit in candidates:
         first = first_call_seconds(fn) if is_jit else None

@@ -1,10 +1,20 @@
-"""Every backend computes the same numbers as the NumPy reference, also on non-contiguous inputs."""
+"""Every backend computes the same numbers as the NumPy reference, also on non-contiguous inputs;
+every kernel implementation has the signature Backend documents; choosing backends has no side effects
+at import time."""
+import importlib
+import inspect
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 import minitensor as mt
+from minitensor.backends.base import KERNELS, Backend
 from minitensor.functions import CrossEntropy, LayerNorm
 from strategies import shapes
 
@@ -64,6 +74,39 @@ def test_tensor_to_moves_between_backends():
     z = x.to("cpu")
     assert z.requires_grad and z.device == "cpu"
     np.testing.assert_array_equal(z.numpy(), x.numpy())
+
+
+def test_default_backend_is_the_numpy_reference():
+    assert mt.backends.get_backend().name == "numpy"
+
+
+@pytest.mark.parametrize("op", KERNELS)
+@pytest.mark.parametrize("file", ["reference", "numba_cpu", "cupy_launch"])
+def test_every_kernel_file_has_the_documented_signature(op, file):
+    """Each kernels/<op>/<file>.py entry point takes exactly Backend.<op>'s parameters (cupy_launch
+    imports without CuPy), and the backends built from those files expose it."""
+    if file == "numba_cpu":
+        pytest.importorskip("numba")
+    module = importlib.import_module(f"minitensor.kernels.{op}.{file}")
+    kernel = getattr(module, f"{op}_ref" if file == "reference" else op)
+    documented = list(inspect.signature(getattr(Backend, op)).parameters)[1:]  # without self
+    assert list(inspect.signature(kernel).parameters) == documented, f"{op}/{file}.py"
+    backend = {"reference": "numpy", "numba_cpu": "numba", "cupy_launch": "cupy"}[file]
+    if mt.available(backend):
+        assert getattr(mt.get_backend(backend), op) is kernel
+
+
+def test_importing_minitensor_leaves_numba_settings_alone():
+    """Numba's threading layer is set when the Numba backend is made, not as a side effect of imports."""
+    pytest.importorskip("numba")
+    code = ("import numba, minitensor, minitensor.kernels, minitensor.kernels.softmax_forward.numba_cpu\n"
+            "assert numba.config.THREADING_LAYER == 'default', numba.config.THREADING_LAYER\n"
+            "minitensor.get_backend('numba')\n"
+            "assert numba.config.THREADING_LAYER == 'workqueue', numba.config.THREADING_LAYER\n")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])  # this checkout's minitensor
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
 
 
 def test_cpu_alias_prefers_numba_when_available():

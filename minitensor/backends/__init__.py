@@ -1,8 +1,9 @@
 """Backend registry: `get_backend("numpy" | "numba" | "cupy" | "cpu" | "cuda")`.
 
-"cpu" means the fast CPU backend (Numba) when it imports, else NumPy; "cuda"
-means CuPy. GPU backends are imported only when asked for, and
-`available(name)` / `why_unavailable(name)` say whether one works here.
+The default is "numpy", the readable reference. "cpu" means the fast CPU
+backend (Numba) when it imports, else NumPy; "cuda" means CuPy. Each backend
+is imported only when asked for, and `available(name)` / `why_unavailable(name)`
+say whether one works here.
 """
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def resolve_name(name: str) -> str:
     return name
 
 
-def get_backend(name: str | Backend = "cpu") -> Backend:
+def get_backend(name: str | Backend = "numpy") -> Backend:
     if isinstance(name, Backend):
         return name
     resolved = resolve_name(name)

@@ -9,15 +9,7 @@ import numpy as np
 import cupy
 import cupyx
 
-from ..kernels.adam_step import cupy_launch as adam_step
-from ..kernels.cross_entropy_forward import cupy_launch as cross_entropy_forward
-from ..kernels.dropout_forward import cupy_launch as dropout_forward
-from ..kernels.embedding_backward import cupy_launch as embedding_backward
-from ..kernels.layernorm_backward import cupy_launch as layernorm_backward
-from ..kernels.layernorm_forward import cupy_launch as layernorm_forward
-from ..kernels.softmax_backward import cupy_launch as softmax_backward
-from ..kernels.softmax_forward import cupy_launch as softmax_forward
-from .base import Backend
+from .base import Backend, kernels_from
 
 
 # u_i = top 24 bits of SplitMix64(seed + (i+1)·γ) / 2^24: counter-based, so any element can be
@@ -34,6 +26,7 @@ _splitmix_uniform = cupy.ElementwiseKernel(
     "splitmix_uniform")
 
 
+@kernels_from("cupy_launch")
 class CupyBackend(Backend):
     name = "cupy"
     device = "cuda"
@@ -53,12 +46,3 @@ class CupyBackend(Backend):
 
     def synchronize(self) -> None:
         cupy.cuda.get_current_stream().synchronize()
-
-    softmax_forward = staticmethod(softmax_forward.softmax_forward)
-    softmax_backward = staticmethod(softmax_backward.softmax_backward)
-    layernorm_forward = staticmethod(layernorm_forward.layernorm_forward)
-    layernorm_backward = staticmethod(layernorm_backward.layernorm_backward)
-    cross_entropy_forward = staticmethod(cross_entropy_forward.cross_entropy_forward)
-    adam_step = staticmethod(adam_step.adam_step)
-    embedding_backward = staticmethod(embedding_backward.embedding_backward)
-    dropout_forward = staticmethod(dropout_forward.dropout_forward)

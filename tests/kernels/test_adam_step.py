@@ -1,11 +1,13 @@
-"""adam_step: every Numba version vs the reference (param, m, v after several steps);
-the reference vs the closed form of the first step.
+"""adam_step: every Numba version vs the reference (param, m, v after several steps); float64
+through every backend (gradcheck-style training runs in float64); the reference vs the closed form
+of the first step.
 
 Shapes: P parameters (flat), also a 2-D buffer.
 """
 import numpy as np
 import pytest
 
+import minitensor as mt
 from minitensor.kernels.adam_step import numba_cpu
 from minitensor.kernels.adam_step.reference import adam_step_ref
 from tests.kernels._close import assert_close
@@ -29,8 +31,26 @@ def test_adam_step_matches_reference(monkeypatch, version, dtype, shape):
         assert numba_cpu.adam_step(mine[0], grad, mine[1], mine[2], step=step, **HYPER) is None
         adam_step_ref(theirs[0], grad, theirs[1], theirs[2], step=step, **HYPER)
     for name, a, b in zip(("param", "m", "v"), mine, theirs):
-        assert a.dtype == dtype
+        assert a.dtype == b.dtype == dtype
         assert_close(a, b, f"adam_step v{version} {name}")
+
+
+def test_adam_step_float64_through_the_backend(backend):
+    """Backend.adam_step keeps float64 param, grad, m, v in float64 and matches the reference."""
+    b = mt.get_backend(backend)
+    rng = np.random.default_rng(5)
+    param = rng.standard_normal((3, 41))
+    m, v = np.zeros_like(param), np.zeros_like(param)
+    mine = [b.asarray(a.copy()) for a in (param, m, v)]
+    theirs = [param.copy(), m.copy(), v.copy()]
+    for step in range(1, 4):
+        grad = rng.standard_normal(param.shape)
+        assert b.adam_step(mine[0], b.asarray(grad), mine[1], mine[2], step=step, **HYPER) is None
+        adam_step_ref(theirs[0], grad, theirs[1], theirs[2], step=step, **HYPER)
+    for name, a, ref in zip(("param", "m", "v"), mine, theirs):
+        a = b.to_numpy(a)
+        assert a.dtype == np.float64, f"{backend} adam_step turned float64 {name} into {a.dtype}"
+        assert_close(a, ref, f"adam_step float64 {name} on {backend}")
 
 
 def test_adam_step_rejects_non_contiguous():

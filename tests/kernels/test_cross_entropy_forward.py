@@ -1,7 +1,7 @@
 """cross_entropy_forward: every Numba version vs the reference; the reference vs a hand-computed
-3-token example and vs finite differences of the loss.
+3-row example and vs finite differences of the loss.
 
-Shapes: N rows (target tokens), V vocabulary size.
+Shapes: N rows, V classes.
 """
 import numpy as np
 import pytest
@@ -16,23 +16,23 @@ CASES = [(1, 3), (7, 5), (33, 17), (5, 1000)]  # (N, V)
 @pytest.mark.parametrize("version", sorted(numba_cpu.VERSIONS))
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("n,v", CASES)
-@pytest.mark.parametrize("pad_idx", [0, 2, None])
-@pytest.mark.parametrize("eps_ls", [0.0, 0.1])
-def test_cross_entropy_forward_matches_reference(monkeypatch, version, dtype, n, v, pad_idx, eps_ls):
+@pytest.mark.parametrize("ignore_index", [0, 2, None])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_cross_entropy_forward_matches_reference(monkeypatch, version, dtype, n, v, ignore_index, smoothing):
     monkeypatch.setattr(numba_cpu, "DEFAULT", version)
     rng = np.random.default_rng(0)
     logits = (rng.standard_normal((n, v)) * 3).astype(dtype)
     targets = rng.integers(0, v, size=n)
-    if pad_idx is not None and n > 1:
-        targets[::3] = pad_idx  # pad rows, including the first
-    got = numba_cpu.cross_entropy_forward(logits, targets, eps_ls, pad_idx)
-    ref = cross_entropy_forward_ref(logits, targets, eps_ls, pad_idx)
+    if ignore_index is not None and n > 1:
+        targets[::3] = ignore_index  # ignored rows, including the first
+    got = numba_cpu.cross_entropy_forward(logits, targets, smoothing, ignore_index)
+    ref = cross_entropy_forward_ref(logits, targets, smoothing, ignore_index)
     for name, a, b in zip(("loss", "nll", "dlogits"), got, ref):
         assert a.dtype == b.dtype and a.shape == b.shape, name
         assert_close(a, b, f"cross_entropy_forward v{version} {name}")
-    if pad_idx is not None:
-        is_pad = targets == pad_idx
-        assert (got[0][is_pad] == 0).all() and (got[2][is_pad] == 0).all()
+    if ignore_index is not None:
+        is_ignored = targets == ignore_index
+        assert (got[0][is_ignored] == 0).all() and (got[2][is_ignored] == 0).all()
 
 
 @pytest.mark.parametrize("version", sorted(numba_cpu.VERSIONS))
@@ -47,9 +47,9 @@ def test_cross_entropy_forward_large_logits(monkeypatch, version):
 
 
 def test_cross_entropy_reference_hand_computed():
-    """3 tokens, V = 4, pad 0, eps_ls = 0.1: q = 0.9 gold, 0 pad, 0.05 on the 2 other tokens."""
+    """3 rows, V = 4, ignore_index 0, smoothing 0.1: q = 0.9 target, 0 ignored, 0.05 on the 2 others."""
     logits = np.array([[0.0, 1.0, 2.0, 3.0], [1.0, 1.0, 1.0, 1.0], [2.0, 0.0, 0.0, 5.0]])
-    targets = np.array([2, 0, 1])  # the middle row is padding
+    targets = np.array([2, 0, 1])  # the middle row is ignored
     loss, nll, dlogits = cross_entropy_forward_ref(logits, targets, 0.1, 0)
     logp0 = logits[0] - np.log(np.exp(logits[0]).sum())
     logp2 = logits[2] - np.log(np.exp(logits[2]).sum())
@@ -62,19 +62,19 @@ def test_cross_entropy_reference_hand_computed():
     assert (dlogits[1] == 0).all()
 
 
-@pytest.mark.parametrize("pad_idx", [1, None])
-def test_cross_entropy_reference_dlogits_match_finite_differences(pad_idx):
+@pytest.mark.parametrize("ignore_index", [1, None])
+def test_cross_entropy_reference_dlogits_match_finite_differences(ignore_index):
     """dlogits = d loss / d logits, row by row, by central differences in float64."""
     rng = np.random.default_rng(4)
     logits = rng.standard_normal((3, 6))
     targets = np.array([0, 4, 5])
     h = 1e-6
-    _, _, dlogits = cross_entropy_forward_ref(logits, targets, 0.1, pad_idx)
+    _, _, dlogits = cross_entropy_forward_ref(logits, targets, 0.1, ignore_index)
     numeric = np.zeros_like(logits)
     for idx in np.ndindex(logits.shape):
         step = np.zeros_like(logits)
         step[idx] = h
-        plus = cross_entropy_forward_ref(logits + step, targets, 0.1, pad_idx)[0].sum()
-        minus = cross_entropy_forward_ref(logits - step, targets, 0.1, pad_idx)[0].sum()
+        plus = cross_entropy_forward_ref(logits + step, targets, 0.1, ignore_index)[0].sum()
+        minus = cross_entropy_forward_ref(logits - step, targets, 0.1, ignore_index)[0].sum()
         numeric[idx] = (plus - minus) / (2 * h)
     assert_close(dlogits, numeric, "dlogits vs fd", atol=1e-8, rtol=1e-6)

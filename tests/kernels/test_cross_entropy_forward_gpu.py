@@ -1,7 +1,7 @@
-"""cross_entropy_forward on the GPU: every CUDA version, dtype, odd shape, pad setting and block
-size against the NumPy reference (loss, nll, dlogits). Skipped (visibly) without a GPU.
+"""cross_entropy_forward on the GPU: every CUDA version, dtype, odd shape, smoothing/ignore_index
+setting and block size against the NumPy reference (loss, nll, dlogits). Skipped (visibly) without a GPU.
 
-Shapes: N = rows (target tokens), V = vocabulary.
+Shapes: N = rows, V = classes.
 """
 import numpy as np
 import pytest
@@ -16,7 +16,7 @@ pytestmark = GPU_MARKS
 DTYPES = [np.float32, np.float16, np.float64]
 CASES = [(v, block) for v, blocks in cupy_launch.BLOCKS.items() for block in blocks]
 SHAPES = [(1, 2), (7, 33), (16, 1000), (5, 3001)]
-SMOOTHING = [(0.1, 0), (0.1, None), (0.0, 1)]  # (eps_ls, pad_idx)
+SMOOTHING = [(0.1, 0), (0.1, None), (0.0, 1)]  # (smoothing, ignore_index)
 
 
 def _check(got, ref, name):
@@ -30,18 +30,18 @@ def _check(got, ref, name):
 @pytest.mark.parametrize("version,block", CASES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("eps_ls,pad_idx", SMOOTHING)
-def test_cross_entropy_forward_gpu_matches_reference(version, block, dtype, shape, eps_ls, pad_idx):
+@pytest.mark.parametrize("smoothing,ignore_index", SMOOTHING)
+def test_cross_entropy_forward_gpu_matches_reference(version, block, dtype, shape, smoothing, ignore_index):
     rng = np.random.default_rng(0)
     N, V = shape
     logits = (rng.standard_normal(shape) * 3).astype(dtype)
     targets = rng.integers(0, V, size=N)
-    if pad_idx is not None and V > 2:
-        targets[::3] = pad_idx  # some padding rows: all zeros
+    if ignore_index is not None and V > 2:
+        targets[::3] = ignore_index  # some ignored rows: all zeros
     stats = np.float64 if dtype == np.float64 else np.float32
     poison_pool((shape, dtype), ((N,), stats), ((N,), stats))
-    got = cupy_launch.VERSIONS[version](*to_gpu(logits, targets), eps_ls, pad_idx, block=block)
-    ref = cross_entropy_forward_ref(logits, targets, eps_ls, pad_idx)
+    got = cupy_launch.VERSIONS[version](*to_gpu(logits, targets), smoothing, ignore_index, block=block)
+    ref = cross_entropy_forward_ref(logits, targets, smoothing, ignore_index)
     _check(got, ref, f"cross_entropy_forward v{version} block {block}")
 
 

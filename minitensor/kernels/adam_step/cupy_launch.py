@@ -9,28 +9,12 @@ grad may be float16 with float32 parameters (mixed precision). All same shape, c
 """
 from __future__ import annotations
 
-import functools
-from pathlib import Path
-
 import numpy as np
 
-CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float16): "f16", np.dtype(np.float64): "double"}
+from ..cupy_launcher import CTYPES, CudaKernels, ceil_div, fit_block, sm_count
+
 PAIRS = (("float", "float"), ("float", "f16"), ("double", "double"))  # (param, grad) instantiations
-
-
-@functools.cache
-def _module():
-    """Compile cuda.cu once per process (NVRTC through CuPy), every instantiation by name."""
-    import cupy as cp
-
-    names = [f"adam_step_v{v}<{p}, {g}>" for v in (1, 2) for p, g in PAIRS]
-    code = Path(__file__).with_name("cuda.cu").read_text()
-    return cp.RawModule(code=code, options=("-std=c++17",), name_expressions=names)
-
-
-def _fit(kernel, block):
-    """The block size, lowered to what the kernel's register use allows (a multiple of 32)."""
-    return min(block, kernel.max_threads_per_block)
+CUDA = CudaKernels("adam_step", [f"adam_step_v{v}<{p}, {g}>" for v in (1, 2) for p, g in PAIRS])
 
 
 def _args(param, grad, m, v, lr, beta1, beta2, eps, step):
@@ -49,20 +33,17 @@ def _args(param, grad, m, v, lr, beta1, beta2, eps, step):
 def launch_v1(param, grad, m, v, lr, beta1, beta2, eps, step, block=256):
     pair, args = _args(param, grad, m, v, lr, beta1, beta2, eps, step)
     if param.size:
-        kernel = _module().get_function(f"adam_step_v1<{pair[0]}, {pair[1]}>")
-        block = _fit(kernel, block)
-        kernel(((param.size + block - 1) // block,), (block,), args)  # one thread per element
+        kernel = CUDA.function(f"adam_step_v1<{pair[0]}, {pair[1]}>")
+        block = fit_block(kernel, block)
+        kernel((ceil_div(param.size, block),), (block,), args)  # one thread per element
 
 
 def launch_v2(param, grad, m, v, lr, beta1, beta2, eps, step, block=256):
-    import cupy as cp
-
     pair, args = _args(param, grad, m, v, lr, beta1, beta2, eps, step)
     if param.size:
-        kernel = _module().get_function(f"adam_step_v2<{pair[0]}, {pair[1]}>")
-        block = _fit(kernel, block)
-        sms = cp.cuda.Device().attributes["MultiProcessorCount"]
-        grid = min(8 * sms, (param.size + 4 * block - 1) // (4 * block))  # >= 4 elements a thread
+        kernel = CUDA.function(f"adam_step_v2<{pair[0]}, {pair[1]}>")
+        block = fit_block(kernel, block)
+        grid = min(8 * sm_count(), ceil_div(param.size, 4 * block))  # >= 4 elements a thread
         kernel((grid,), (block,), args)
 
 

@@ -1,28 +1,30 @@
-"""Label-smoothed cross-entropy forward + dlogits on the CPU with Numba (§5.4); spec: reference.py.
+"""Label-smoothed cross-entropy forward + dlogits on the CPU with Numba; spec: reference.py.
 
 v1: naive port of the reference, one row per prange iteration, float64 sums, exp computed twice
 v2: exp in the logits' dtype kept in dlogits during the sum pass, then one scale-and-subtract pass, fastmath
 v3: row body in its own function plus a polynomial float32 exp (numba_math.exp_like): the row loops vectorise
 
-Per row, never building q: with lse = max + log(sum exp(x - max)) and c = smoothing mass,
-loss = (1 - eps_ls)(lse - x_t) + c * sum_{j != t, pad} (lse - x_j), where the sum uses the running
-sum of the row's logits; dlogits = p - c everywhere, then p - (1 - eps_ls) at t and p at pad.
-Shapes: N = rows (target tokens), V = vocabulary size.
+Per row, never building q: with lse = max + log(sum exp(x - max)) and c = smoothing_mass(),
+loss = (1 - smoothing)(lse - x_t) + c * sum_{j != t, ignore_index} (lse - x_j), where the sum uses
+the running sum of the row's logits; dlogits = p - c everywhere, then p - (1 - smoothing) at t and
+p at ignore_index. Shapes: N = rows, V = classes.
 """
 import numpy as np
 from numba import njit, prange
 
 from minitensor.kernels.numba_math import exp_like
 
+from .reference import smoothing_mass
+
 FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}
 
 
 @njit(cache=True, parallel=True)
-def cross_entropy_forward_v1(logits, targets, gold_q, other_q, pad_idx, loss, nll, dlogits):
+def cross_entropy_forward_v1(logits, targets, gold_q, other_q, ignore_index, loss, nll, dlogits):
     N, V = logits.shape
     for i in prange(N):
         t = targets[i]
-        if t == pad_idx:  # pad_idx = -1 when there is no pad token
+        if t == ignore_index:  # ignore_index = -1 when no class is ignored
             loss[i] = 0.0
             nll[i] = 0.0
             for j in range(V):
@@ -38,25 +40,25 @@ def cross_entropy_forward_v1(logits, targets, gold_q, other_q, pad_idx, loss, nl
                 logit_sum += logits[i, j]
             lse = row_max + np.log(total)  # log sum_j exp(x_j)
             others = V * lse - logit_sum - (lse - logits[i, t])  # sum over j != t of (lse - x_j)
-            if pad_idx >= 0:
-                others -= lse - logits[i, pad_idx]
+            if ignore_index >= 0:
+                others -= lse - logits[i, ignore_index]
             nll[i] = lse - logits[i, t]
             loss[i] = gold_q * nll[i] + other_q * others
             for j in range(V):
                 dlogits[i, j] = np.exp(logits[i, j] - row_max) / total - other_q
             dlogits[i, t] = np.exp(logits[i, t] - row_max) / total - gold_q
-            if pad_idx >= 0:
-                dlogits[i, pad_idx] = np.exp(logits[i, pad_idx] - row_max) / total
+            if ignore_index >= 0:
+                dlogits[i, ignore_index] = np.exp(logits[i, ignore_index] - row_max) / total
 
 
 @njit(cache=True, parallel=True, fastmath=FASTMATH)
-def cross_entropy_forward_v2(logits, targets, gold_q, other_q, pad_idx, loss, nll, dlogits):
+def cross_entropy_forward_v2(logits, targets, gold_q, other_q, ignore_index, loss, nll, dlogits):
     N, V = logits.shape
     typ = logits.dtype.type
     for i in prange(N):
         t = targets[i]
         row, out = logits[i], dlogits[i]
-        if t == pad_idx:
+        if t == ignore_index:
             loss[i] = 0.0
             nll[i] = 0.0
             out[:] = 0.0
@@ -73,21 +75,21 @@ def cross_entropy_forward_v2(logits, targets, gold_q, other_q, pad_idx, loss, nl
                 logit_sum += row[j]
             lse = row_max + np.log(total)
             others = V * lse - logit_sum - (lse - row[t])
-            if pad_idx >= 0:
-                others -= lse - row[pad_idx]
+            if ignore_index >= 0:
+                others -= lse - row[ignore_index]
             nll[i] = lse - row[t]
             loss[i] = gold_q * nll[i] + other_q * others
             inv, c = typ(1.0 / total), typ(other_q)
             for j in range(V):
                 out[j] = out[j] * inv - c
-            out[t] += c - typ(gold_q)  # gold token: p - (1 - eps_ls)
-            if pad_idx >= 0:
-                out[pad_idx] += c  # pad token: q = 0, so p - 0
+            out[t] += c - typ(gold_q)  # target: p - (1 - smoothing)
+            if ignore_index >= 0:
+                out[ignore_index] += c  # ignored class: q = 0, so p - 0
 
 
 @njit(cache=True, fastmath=FASTMATH)
-def _smoothed_row(row, out, t, gold_q, other_q, pad_idx):
-    """One non-pad row of v3: writes p - q into out, returns (loss, nll)."""
+def _smoothed_row(row, out, t, gold_q, other_q, ignore_index):
+    """One row of v3 whose target is not ignored: writes p - q into out, returns (loss, nll)."""
     V = row.size
     row_max = row[0]
     for j in range(1, V):
@@ -101,41 +103,40 @@ def _smoothed_row(row, out, t, gold_q, other_q, pad_idx):
         logit_sum += row[j]
     lse = row_max + np.log(total)
     others = V * lse - logit_sum - (lse - row[t])  # sum over j != t of -log p_j
-    if pad_idx >= 0:
-        others -= lse - row[pad_idx]
+    if ignore_index >= 0:
+        others -= lse - row[ignore_index]
     nll = lse - row[t]
     inv, c = row.dtype.type(1.0 / total), row.dtype.type(other_q)
     for j in range(V):
         out[j] = out[j] * inv - c
-    out[t] += c - row.dtype.type(gold_q)  # gold token: p - (1 - eps_ls)
-    if pad_idx >= 0:
-        out[pad_idx] += c  # pad token: q = 0, so p - 0
+    out[t] += c - row.dtype.type(gold_q)  # target: p - (1 - smoothing)
+    if ignore_index >= 0:
+        out[ignore_index] += c  # ignored class: q = 0, so p - 0
     return gold_q * nll + other_q * others, nll
 
 
 @njit(cache=True, parallel=True, fastmath=FASTMATH)
-def cross_entropy_forward_v3(logits, targets, gold_q, other_q, pad_idx, loss, nll, dlogits):
+def cross_entropy_forward_v3(logits, targets, gold_q, other_q, ignore_index, loss, nll, dlogits):
     N, V = logits.shape
     for i in prange(N):
         t = targets[i]
-        if t == pad_idx:
+        if t == ignore_index:
             loss[i] = 0.0
             nll[i] = 0.0
             dlogits[i, :] = 0.0
         else:  # a call keeps the row loops out of this branch, which blocked vectorising (measured)
-            loss[i], nll[i] = _smoothed_row(logits[i], dlogits[i], t, gold_q, other_q, pad_idx)
+            loss[i], nll[i] = _smoothed_row(logits[i], dlogits[i], t, gold_q, other_q, ignore_index)
 
 
 VERSIONS = {1: cross_entropy_forward_v1, 2: cross_entropy_forward_v2, 3: cross_entropy_forward_v3}
 DEFAULT = 3
 
 
-def cross_entropy_forward(logits, targets, eps_ls, pad_idx):
+def cross_entropy_forward(logits, targets, smoothing, ignore_index):
     """Returns (loss, nll, dlogits): per-row smoothed loss and NLL (float32/float64), dlogits = p - q."""
     logits2 = np.ascontiguousarray(logits)  # (N, V)
     N, V = logits2.shape
-    others = V - 1 if pad_idx is None else V - 2
-    other_q = eps_ls / others if others > 0 else 0.0  # same rule as reference.smoothing_mass
+    other_q = smoothing_mass(smoothing, V, ignore_index)
     stats = np.float64 if logits2.dtype == np.float64 else np.float32
     loss = np.empty(N, dtype=stats)
     nll = np.empty(N, dtype=stats)
@@ -143,6 +144,6 @@ def cross_entropy_forward(logits, targets, eps_ls, pad_idx):
     targets1 = np.ascontiguousarray(targets, dtype=np.int64).reshape(-1)  # (N,)
     if targets1.size and (targets1.min() < 0 or targets1.max() >= V):
         raise IndexError("cross_entropy_forward: target out of range [0, V)")
-    pad = -1 if pad_idx is None else int(pad_idx)
-    VERSIONS[DEFAULT](logits2, targets1, 1.0 - eps_ls, other_q, pad, loss, nll, dlogits)
+    ignore = -1 if ignore_index is None else int(ignore_index)  # no real target is negative
+    VERSIONS[DEFAULT](logits2, targets1, 1.0 - smoothing, other_q, ignore, loss, nll, dlogits)
     return loss, nll, dlogits

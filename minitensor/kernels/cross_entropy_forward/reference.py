@@ -1,21 +1,23 @@
-"""Cross-entropy with label smoothing (§5.4), forward and dlogits, the spec: NumPy, float64 sums.
+"""Cross-entropy with label smoothing, forward and dlogits, the spec: NumPy, float64 sums.
 
-Shapes: N = rows (B*T target tokens), V = vocabulary size.
+The Transformer trains with it for §5.4 label smoothing (smoothing = 0.1, padding ignored).
+Shapes: N = rows, V = number of classes.
 """
 import numpy as np
 
 
-def smoothing_mass(eps_ls, V, pad_idx):
-    """q on each non-gold, non-pad token: eps_ls/(V-2), or eps_ls/(V-1) without a pad token."""
-    others = V - 1 if pad_idx is None else V - 2
-    return eps_ls / others if others > 0 else 0.0
+def smoothing_mass(smoothing, V, ignore_index):
+    """q on each class that is neither the target nor ignore_index: smoothing/(V-2), or
+    smoothing/(V-1) when ignore_index is None."""
+    others = V - 1 if ignore_index is None else V - 2
+    return smoothing / others if others > 0 else 0.0
 
 
-def cross_entropy_forward_ref(logits, targets, eps_ls, pad_idx):
+def cross_entropy_forward_ref(logits, targets, smoothing, ignore_index):
     """Per row: loss = -sum_j q_j log p_j, nll = -log p[target], dlogits = p - q.
 
-    q puts 1 - eps_ls on the gold token, 0 on pad_idx and smoothing_mass() elsewhere
-    (§5.4, eps_ls = 0.1 in the paper). Rows whose target is pad_idx give zeros.
+    q puts 1 - smoothing on the target, 0 on ignore_index and smoothing_mass() elsewhere.
+    Rows whose target is ignore_index give zeros (ignore_index None: no class is ignored).
     Returns loss, nll (float32, float64 for float64 logits) and dlogits (logits' dtype).
     Builds q explicitly: this is the spec, the fast kernels must not.
     """
@@ -24,17 +26,17 @@ def cross_entropy_forward_ref(logits, targets, eps_ls, pad_idx):
     t = np.asarray(targets).astype(np.int64)  # (N,)
     shifted = z - z.max(axis=1, keepdims=True)  # (N, V), max for stability
     logp = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))  # (N, V) log-softmax
-    q = np.full((N, V), smoothing_mass(eps_ls, V, pad_idx))  # (N, V)
-    if pad_idx is not None:
-        q[:, pad_idx] = 0.0
-    q[np.arange(N), t] = 1.0 - eps_ls
+    q = np.full((N, V), smoothing_mass(smoothing, V, ignore_index))  # (N, V)
+    if ignore_index is not None:
+        q[:, ignore_index] = 0.0
+    q[np.arange(N), t] = 1.0 - smoothing
     loss = -(q * logp).sum(axis=1)  # (N,)
     nll = -logp[np.arange(N), t]  # (N,)
     dlogits = np.exp(logp) - q  # (N, V)
-    if pad_idx is not None:
-        is_pad = t == pad_idx  # (N,)
-        loss[is_pad] = 0.0
-        nll[is_pad] = 0.0
-        dlogits[is_pad] = 0.0
+    if ignore_index is not None:
+        is_ignored = t == ignore_index  # (N,)
+        loss[is_ignored] = 0.0
+        nll[is_ignored] = 0.0
+        dlogits[is_ignored] = 0.0
     stats = np.float64 if logits.dtype == np.float64 else np.float32
     return loss.astype(stats), nll.astype(stats), dlogits.astype(logits.dtype)

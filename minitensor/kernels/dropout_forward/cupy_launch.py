@@ -6,22 +6,12 @@ Shapes: any; u has x's shape (uniform [0, 1) draws from the caller's RNG).
 """
 from __future__ import annotations
 
-import functools
-from pathlib import Path
-
 import numpy as np
 
-CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float16): "f16", np.dtype(np.float64): "double"}
+from ..cupy_launcher import CTYPES, CudaKernels, acc_dtype, ceil_div
 
-
-@functools.cache
-def _module():
-    """Compile cuda.cu once per process (NVRTC through CuPy), every instantiation by name."""
-    import cupy as cp
-
-    names = [f"dropout_forward_v1<{t}, {u}>" for t in CTYPES.values() for u in CTYPES.values()]
-    code = Path(__file__).with_name("cuda.cu").read_text()
-    return cp.RawModule(code=code, options=("-std=c++17",), name_expressions=names)
+CUDA = CudaKernels("dropout_forward",
+                   [f"dropout_forward_v1<{t}, {u}>" for t in CTYPES.values() for u in CTYPES.values()])
 
 
 def launch_v1(x, u, p, block=256):
@@ -35,10 +25,10 @@ def launch_v1(x, u, p, block=256):
     y = cp.empty_like(x)
     if x.size == 0:
         return y
-    acc = np.float64 if x.dtype == np.float64 else np.float32
+    acc = acc_dtype(x.dtype)
     p_u = np.float64(u.dtype.type(p))  # NumPy compares u >= p in u's dtype
-    kernel = _module().get_function(f"dropout_forward_v1<{CTYPES[x.dtype]}, {CTYPES[u.dtype]}>")
-    kernel(((x.size + block - 1) // block,), (block,), (y, x, u, p_u, acc(1.0 / (1.0 - p)), np.int64(x.size)))
+    kernel = CUDA.function(f"dropout_forward_v1<{CTYPES[x.dtype]}, {CTYPES[u.dtype]}>")
+    kernel((ceil_div(x.size, block),), (block,), (y, x, u, p_u, acc(1.0 / (1.0 - p)), np.int64(x.size)))
     return y
 
 

@@ -9,22 +9,12 @@ dweight comes back in dout's dtype.
 """
 from __future__ import annotations
 
-import functools
-from pathlib import Path
-
 import numpy as np
 
-CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float16): "f16", np.dtype(np.float64): "double"}
+from ..cupy_launcher import CTYPES, CudaKernels, acc_dtype, ceil_div
 
-
-@functools.cache
-def _module():
-    """Compile cuda.cu once per process (NVRTC through CuPy), every instantiation by name."""
-    import cupy as cp
-
-    names = [f"embedding_backward_v{v}<{t}>" for v in (1, 2) for t in CTYPES.values()]
-    code = Path(__file__).with_name("cuda.cu").read_text()
-    return cp.RawModule(code=code, options=("-std=c++17",), name_expressions=names)
+CUDA = CudaKernels("embedding_backward",
+                   [f"embedding_backward_v{v}<{t}>" for v in (1, 2) for t in CTYPES.values()])
 
 
 def _prepare(dout, ids):
@@ -41,11 +31,11 @@ def launch_v1(dout, ids, num_embeddings, block=256):
 
     dout, ids = _prepare(dout, ids)
     N, D = dout.shape
-    acc = np.float64 if dout.dtype == np.float64 else np.float32  # atomics in float32/float64
+    acc = acc_dtype(dout.dtype)  # atomics in float32/float64
     dweight = cp.zeros((num_embeddings, D), dtype=acc)  # (V, D)
     if N * D:
-        kernel = _module().get_function(f"embedding_backward_v1<{CTYPES[dout.dtype]}>")
-        kernel(((N * D + block - 1) // block,), (block,), (dweight, dout, ids, np.int64(N), np.int32(D)))
+        kernel = CUDA.function(f"embedding_backward_v1<{CTYPES[dout.dtype]}>")
+        kernel((ceil_div(N * D, block),), (block,), (dweight, dout, ids, np.int64(N), np.int32(D)))
     return dweight.astype(dout.dtype, copy=False)
 
 
@@ -62,8 +52,8 @@ def launch_v2(dout, ids, num_embeddings, block=128):
     is_start = cp.concatenate([cp.ones(1, cp.bool_), sorted_ids[1:] != sorted_ids[:-1]])  # (N,)
     run_start = cp.flatnonzero(is_start).astype(cp.int64)  # (runs,)
     runs = run_start.size
-    grid = (runs, (D + block - 1) // block)  # (one run of equal ids, a slice of columns)
-    kernel = _module().get_function(f"embedding_backward_v2<{CTYPES[dout.dtype]}>")
+    grid = (runs, ceil_div(D, block))  # (one run of equal ids, a slice of columns)
+    kernel = CUDA.function(f"embedding_backward_v2<{CTYPES[dout.dtype]}>")
     kernel(grid, (block,), (dweight, dout, order, sorted_ids, run_start, np.int64(runs), np.int64(N), np.int32(D)))
     return dweight
 

@@ -13,33 +13,9 @@
 // Shapes: D = d_model, rows = prod(x.shape[:-1]); gamma, mean, rstd and the outputs dgamma,
 // dbeta are Acc<T> (float32 or float64). Templates over T (float, f16, double), instantiated
 // by name from cupy_launch.py. Standalone syntax check:
-//   nvcc -std=c++17 -arch=sm_90 -c cuda.cu -o /dev/null
+//   nvcc -std=c++17 -arch=sm_90 -I.. -c cuda.cu -o /dev/null   (in this folder; -I.. finds common.cuh)
 
-// ---- element types (same prelude in every cuda.cu of this repo) ------------
-// float16 travels as its raw 16 bits and is converted with PTX cvt, so the file
-// needs no cuda_fp16.h (NVRTC under CuPy may run without the CUDA headers).
-// Acc<T> is the type statistics are kept in: float32, or float64 for float64.
-struct __align__(2) f16 { unsigned short bits; };
-template <typename T> struct Acc { typedef float type; };
-template <> struct Acc<double> { typedef double type; };
-
-__device__ __forceinline__ float load(float v) { return v; }
-__device__ __forceinline__ double load(double v) { return v; }
-__device__ __forceinline__ float load(f16 v) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
-    return f;
-}
-__device__ __forceinline__ void store(float& dst, float v) { dst = v; }
-__device__ __forceinline__ void store(double& dst, double v) { dst = v; }
-__device__ __forceinline__ void store(f16& dst, float v) {
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(dst.bits) : "f"(v));
-}
-
-template <typename A> __device__ __forceinline__ A warp_sum(A v) {
-    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-    return v;
-}
+#include "common.cuh"
 
 template <typename T>
 __global__ void layernorm_backward_v1(T* __restrict__ dx, const T* __restrict__ dy,

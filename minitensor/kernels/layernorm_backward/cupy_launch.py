@@ -9,30 +9,15 @@ dbeta in gamma's dtype (summed in float32, or float64 for float64 inputs).
 """
 from __future__ import annotations
 
-import functools
-from pathlib import Path
-
 import numpy as np
 
-CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float16): "f16", np.dtype(np.float64): "double"}
-VPTS = (1, 2, 4, 8, 16, 32)  # v2 instantiations: values per lane
+from ..cupy_launcher import CTYPES, VPTS, CudaKernels, acc_dtype, ceil_div, fit_block, sm_count, vpt_for
 
-
-@functools.cache
-def _module():
-    """Compile cuda.cu once per process (NVRTC through CuPy), every instantiation by name."""
-    import cupy as cp
-
-    names = [f"{k}<{t}>" for t in CTYPES.values() for k in (
-        "layernorm_backward_v1", "layernorm_backward_v1_params", "layernorm_backward_v2_params")]
-    names += [f"layernorm_backward_v2<{t}, {k}>" for t in CTYPES.values() for k in VPTS]
-    code = Path(__file__).with_name("cuda.cu").read_text()
-    return cp.RawModule(code=code, options=("-std=c++17",), name_expressions=names)
-
-
-def _fit(kernel, block):
-    """The block size, lowered to what the kernel's register use allows (a multiple of 32)."""
-    return min(block, kernel.max_threads_per_block)
+CUDA = CudaKernels("layernorm_backward", [
+    *(f"{k}<{t}>" for t in CTYPES.values()
+      for k in ("layernorm_backward_v1", "layernorm_backward_v1_params", "layernorm_backward_v2_params")),
+    *(f"layernorm_backward_v2<{t}, {k}>" for t in CTYPES.values() for k in VPTS),  # VPTS: values per lane
+])
 
 
 def _prepare(dy, x, gamma, mean, rstd):
@@ -41,7 +26,7 @@ def _prepare(dy, x, gamma, mean, rstd):
     x = cp.ascontiguousarray(x)
     if x.dtype not in CTYPES:
         raise TypeError(f"layernorm_backward: unsupported dtype {x.dtype}")
-    acc = np.float64 if x.dtype == np.float64 else np.float32  # statistics dtype
+    acc = acc_dtype(x.dtype)  # statistics dtype
     D = x.shape[-1]
     rows = x.size // max(D, 1)
     inputs = (cp.ascontiguousarray(dy, dtype=x.dtype), x, cp.ascontiguousarray(gamma, dtype=acc),
@@ -60,12 +45,12 @@ def launch_v1(dy, x, gamma, mean, rstd, block=128):
         return _finish(dx, dgamma, dbeta, gamma)
     t = CTYPES[x_.dtype]
     size = (np.int64(rows), np.int32(D))
-    rows_kernel = _module().get_function(f"layernorm_backward_v1<{t}>")
-    block_r = _fit(rows_kernel, block)
-    rows_kernel(((rows + block_r - 1) // block_r,), (block_r,), (dx, dy_, x_, gamma_, mean_, rstd_, *size))
-    cols_kernel = _module().get_function(f"layernorm_backward_v1_params<{t}>")
-    block_c = _fit(cols_kernel, block)
-    cols_kernel(((D + block_c - 1) // block_c,), (block_c,), (dgamma, dbeta, dy_, x_, mean_, rstd_, *size))
+    rows_kernel = CUDA.function(f"layernorm_backward_v1<{t}>")
+    block_r = fit_block(rows_kernel, block)
+    rows_kernel((ceil_div(rows, block_r),), (block_r,), (dx, dy_, x_, gamma_, mean_, rstd_, *size))
+    cols_kernel = CUDA.function(f"layernorm_backward_v1_params<{t}>")
+    block_c = fit_block(cols_kernel, block)
+    cols_kernel((ceil_div(D, block_c),), (block_c,), (dgamma, dbeta, dy_, x_, mean_, rstd_, *size))
     return _finish(dx, dgamma, dbeta, gamma)
 
 
@@ -78,17 +63,15 @@ def launch_v2(dy, x, gamma, mean, rstd, block=256):
     if rows == 0 or D == 0:
         return _finish(dx, dgamma, dbeta, gamma)
     t, acc = CTYPES[x_.dtype], gamma_.dtype
-    vpt = next(k for k in VPTS if 32 * k >= D)
-    kernel = _module().get_function(f"layernorm_backward_v2<{t}, {vpt}>")
-    block = _fit(kernel, block)
+    kernel = CUDA.function(f"layernorm_backward_v2<{t}, {vpt_for(D)}>")
+    block = fit_block(kernel, block)
     warps = block // 32
-    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
-    grid = min((rows + warps - 1) // warps, 2 * sms)  # few blocks: few partial rows to sum
+    grid = min(ceil_div(rows, warps), 2 * sm_count())  # few blocks: few partial rows to sum
     partial = cp.empty((grid, 2, D), dtype=acc)  # per block: sum dy*xhat, sum dy
     args = (dx, partial, dy_, x_, gamma_, mean_, rstd_, np.int64(rows), np.int32(D))
     kernel((grid,), (block,), args, shared_mem=2 * D * acc.itemsize)
-    _module().get_function(f"layernorm_backward_v2_params<{t}>")(
-        ((D + 127) // 128,), (128,), (dgamma, dbeta, partial, np.int32(grid), np.int32(D)))
+    CUDA.function(f"layernorm_backward_v2_params<{t}>")(
+        (ceil_div(D, 128),), (128,), (dgamma, dbeta, partial, np.int32(grid), np.int32(D)))
     return _finish(dx, dgamma, dbeta, gamma)
 
 

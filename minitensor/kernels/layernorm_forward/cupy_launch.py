@@ -9,29 +9,14 @@ in float32 (float64 for float64 x); gamma and beta are cast to that dtype (D val
 """
 from __future__ import annotations
 
-import functools
-from pathlib import Path
-
 import numpy as np
 
-CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float16): "f16", np.dtype(np.float64): "double"}
-VPTS = (1, 2, 4, 8, 16, 32)  # v3 instantiations: values per lane
+from ..cupy_launcher import CTYPES, VPTS, CudaKernels, acc_dtype, ceil_div, fit_block, vpt_for
 
-
-@functools.cache
-def _module():
-    """Compile cuda.cu once per process (NVRTC through CuPy), every instantiation by name."""
-    import cupy as cp
-
-    names = [f"layernorm_forward_v{v}<{t}>" for v in (1, 2) for t in CTYPES.values()]
-    names += [f"layernorm_forward_v3<{t}, {k}>" for t in CTYPES.values() for k in VPTS]
-    code = Path(__file__).with_name("cuda.cu").read_text()
-    return cp.RawModule(code=code, options=("-std=c++17",), name_expressions=names)
-
-
-def _fit(kernel, block):
-    """The block size, lowered to what the kernel's register use allows (a multiple of 32)."""
-    return min(block, kernel.max_threads_per_block)
+CUDA = CudaKernels("layernorm_forward", [
+    *(f"layernorm_forward_v{v}<{t}>" for v in (1, 2) for t in CTYPES.values()),
+    *(f"layernorm_forward_v3<{t}, {k}>" for t in CTYPES.values() for k in VPTS),  # VPTS: values per lane
+])
 
 
 def _prepare(x, gamma, beta, eps):
@@ -40,7 +25,7 @@ def _prepare(x, gamma, beta, eps):
     x = cp.ascontiguousarray(x)
     if x.dtype not in CTYPES:
         raise TypeError(f"layernorm_forward: unsupported dtype {x.dtype}")
-    acc = np.float64 if x.dtype == np.float64 else np.float32  # statistics dtype
+    acc = acc_dtype(x.dtype)  # statistics dtype
     D = x.shape[-1]
     rows = x.size // max(D, 1)
     gamma = cp.ascontiguousarray(gamma, dtype=acc)  # (D,)
@@ -55,19 +40,18 @@ def _prepare(x, gamma, beta, eps):
 def launch_v1(x, gamma, beta, eps, block=128):
     args, rows, D = _prepare(x, gamma, beta, eps)
     if rows and D:
-        kernel = _module().get_function(f"layernorm_forward_v1<{CTYPES[x.dtype]}>")
-        block = _fit(kernel, block)
-        kernel(((rows + block - 1) // block,), (block,), args)  # one thread per row
+        kernel = CUDA.function(f"layernorm_forward_v1<{CTYPES[x.dtype]}>")
+        block = fit_block(kernel, block)
+        kernel((ceil_div(rows, block),), (block,), args)  # one thread per row
     return args[:3]
 
 
 def launch_v2(x, gamma, beta, eps, block=128):
     args, rows, D = _prepare(x, gamma, beta, eps)
     if rows and D:
-        kernel = _module().get_function(f"layernorm_forward_v2<{CTYPES[x.dtype]}>")
-        block = _fit(kernel, block)
-        rows_per_block = block // 32  # one warp per row
-        kernel(((rows + rows_per_block - 1) // rows_per_block,), (block,), args)
+        kernel = CUDA.function(f"layernorm_forward_v2<{CTYPES[x.dtype]}>")
+        block = fit_block(kernel, block)
+        kernel((ceil_div(rows, block // 32),), (block,), args)  # one warp per row
     return args[:3]
 
 
@@ -76,11 +60,9 @@ def launch_v3(x, gamma, beta, eps, block=128):
         return launch_v2(x, gamma, beta, eps, block)  # row does not fit in a warp's registers
     args, rows, D = _prepare(x, gamma, beta, eps)
     if rows and D:
-        vpt = next(k for k in VPTS if 32 * k >= D)
-        kernel = _module().get_function(f"layernorm_forward_v3<{CTYPES[x.dtype]}, {vpt}>")
-        block = _fit(kernel, block)
-        rows_per_block = block // 32
-        kernel(((rows + rows_per_block - 1) // rows_per_block,), (block,), args)
+        kernel = CUDA.function(f"layernorm_forward_v3<{CTYPES[x.dtype]}, {vpt_for(D)}>")
+        block = fit_block(kernel, block)
+        kernel((ceil_div(rows, block // 32),), (block,), args)  # one warp per row
     return args[:3]
 
 

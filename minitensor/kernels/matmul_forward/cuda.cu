@@ -11,15 +11,11 @@
 // v5: v3 asking for two blocks per SM (__launch_bounds__(256, 2)): registers capped at 128 (v3
 //     uses 159, so one block fits), a 48-byte spill, twice the warps to hide load latency
 //
-// FLOPs: 2*M*N*K. v1-v3 are float32, v4 float16 (raw 16-bit storage, see f16 below).
+// FLOPs: 2*M*N*K. v1-v3 are float32, v4 float16 (raw 16-bit storage, f16 in ../common.cuh).
 // Standalone build check:
-//   nvcc -std=c++17 -arch=sm_90 -c cuda.cu -o /dev/null
+//   nvcc -std=c++17 -arch=sm_90 -I.. -c cuda.cu -o /dev/null   (in this folder; -I.. finds common.cuh)
 
-struct __align__(2) f16 { unsigned short bits; };
-
-__device__ __forceinline__ void store(f16& dst, float v) {
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(dst.bits) : "f"(v));
-}
+#include "common.cuh"
 
 extern "C" __global__ void matmul_forward_v1(float* __restrict__ c, const float* __restrict__ a,
                                              const float* __restrict__ b, int M, int N, int K) {

@@ -12,22 +12,13 @@ Shapes: a (M, K), b (K, N) -> c (M, N). Pick a kernel by name: VERSIONS[NAMES["r
 """
 from __future__ import annotations
 
-import functools
-from pathlib import Path
-
 import numpy as np
+
+from ..cupy_launcher import CudaKernels, ceil_div
 
 NAMES = {"cublas": 0, "naive": 1, "smem_tiled": 2, "register_tiled": 3, "tensor_core_fp16": 4,
          "register_tiled_2_blocks": 5}
-
-
-@functools.cache
-def _module():
-    """Compile cuda.cu once per process (NVRTC through CuPy); its kernels are extern "C"."""
-    import cupy as cp
-
-    code = Path(__file__).with_name("cuda.cu").read_text()
-    return cp.RawModule(code=code, options=("-std=c++17",))
+CUDA = CudaKernels("matmul_forward")  # extern "C" kernels: fetched by their plain names
 
 
 def _check(a, b, dtype, version):
@@ -46,9 +37,9 @@ def _launch_fp32(version, a, b, block, tile_m, tile_n):
     (M, K), N = a.shape, b.shape[1]
     c = cp.empty((M, N), dtype=cp.float32)
     if M and N:
-        grid = ((N + tile_n - 1) // tile_n, (M + tile_m - 1) // tile_m)  # x over N, y over M
+        grid = (ceil_div(N, tile_n), ceil_div(M, tile_m))  # x over N, y over M
         args = (c, a, b, np.int32(M), np.int32(N), np.int32(K))
-        _module().get_function(f"matmul_forward_v{version}")(grid, block, args)
+        CUDA.function(f"matmul_forward_v{version}")(grid, block, args)
     return c
 
 
@@ -96,9 +87,9 @@ def launch_v4(a, b):
     N8 = b8.shape[1]
     c = cp.empty((M, N8), dtype=cp.float16)
     if M and N:
-        grid = ((N8 + 127) // 128, (M + 127) // 128)
+        grid = (ceil_div(N8, 128), ceil_div(M, 128))
         args = (c, a8, b8, np.int32(M), np.int32(N8), np.int32(a8.shape[1]))
-        _module().get_function("matmul_forward_v4")(grid, (256,), args)
+        CUDA.function("matmul_forward_v4")(grid, (256,), args)
     return c if N8 == N else cp.ascontiguousarray(c[:, :N])
 
 

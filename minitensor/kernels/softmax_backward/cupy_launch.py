@@ -8,29 +8,14 @@ Shapes: L = keys per row; rows = prod(y.shape[:-1]).
 """
 from __future__ import annotations
 
-import functools
-from pathlib import Path
-
 import numpy as np
 
-CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float16): "f16", np.dtype(np.float64): "double"}
-VPTS = (1, 2, 4, 8, 16, 32)  # v3 instantiations: values per lane
+from ..cupy_launcher import CTYPES, VPTS, CudaKernels, acc_dtype, ceil_div, fit_block, vpt_for
 
-
-@functools.cache
-def _module():
-    """Compile cuda.cu once per process (NVRTC through CuPy), every instantiation by name."""
-    import cupy as cp
-
-    names = [f"softmax_backward_v{v}<{t}>" for v in (1, 2) for t in CTYPES.values()]
-    names += [f"softmax_backward_v3<{t}, {k}>" for t in CTYPES.values() for k in VPTS]
-    code = Path(__file__).with_name("cuda.cu").read_text()
-    return cp.RawModule(code=code, options=("-std=c++17",), name_expressions=names)
-
-
-def _fit(kernel, block):
-    """The block size, lowered to what the kernel's register use allows (a multiple of 32)."""
-    return min(block, kernel.max_threads_per_block)
+CUDA = CudaKernels("softmax_backward", [
+    *(f"softmax_backward_v{v}<{t}>" for v in (1, 2) for t in CTYPES.values()),
+    *(f"softmax_backward_v3<{t}, {k}>" for t in CTYPES.values() for k in VPTS),  # VPTS: values per lane
+])
 
 
 def _prepare(y, dy, scale):
@@ -39,7 +24,7 @@ def _prepare(y, dy, scale):
     y, dy = cp.ascontiguousarray(y), cp.ascontiguousarray(dy, dtype=y.dtype)
     if y.dtype not in CTYPES or y.shape != dy.shape:
         raise TypeError(f"softmax_backward: bad inputs {y.dtype} {y.shape} / {dy.shape}")
-    acc = np.float64 if y.dtype == np.float64 else np.float32
+    acc = acc_dtype(y.dtype)
     L = y.shape[-1]
     return y, dy, cp.empty_like(y), acc(scale), np.int64(y.size // max(L, 1)), np.int32(L)
 
@@ -48,9 +33,9 @@ def launch_v1(y, dy, scale, block=128):
     y, dy, dx, scale, rows, L = _prepare(y, dy, scale)
     if rows == 0 or L == 0:
         return dx
-    kernel = _module().get_function(f"softmax_backward_v1<{CTYPES[y.dtype]}>")
-    block = _fit(kernel, block)
-    kernel(((int(rows) + block - 1) // block,), (block,), (dx, y, dy, scale, rows, L))
+    kernel = CUDA.function(f"softmax_backward_v1<{CTYPES[y.dtype]}>")
+    block = fit_block(kernel, block)
+    kernel((ceil_div(int(rows), block),), (block,), (dx, y, dy, scale, rows, L))  # one thread per row
     return dx
 
 
@@ -58,10 +43,9 @@ def launch_v2(y, dy, scale, block=128):
     y, dy, dx, scale, rows, L = _prepare(y, dy, scale)
     if rows == 0 or L == 0:
         return dx
-    kernel = _module().get_function(f"softmax_backward_v2<{CTYPES[y.dtype]}>")
-    block = _fit(kernel, block)
-    rows_per_block = block // 32  # one warp per row
-    kernel(((int(rows) + rows_per_block - 1) // rows_per_block,), (block,), (dx, y, dy, scale, rows, L))
+    kernel = CUDA.function(f"softmax_backward_v2<{CTYPES[y.dtype]}>")
+    block = fit_block(kernel, block)
+    kernel((ceil_div(int(rows), block // 32),), (block,), (dx, y, dy, scale, rows, L))  # one warp per row
     return dx
 
 
@@ -71,11 +55,9 @@ def launch_v3(y, dy, scale, block=128):
     y, dy, dx, scale, rows, L = _prepare(y, dy, scale)
     if rows == 0 or L == 0:
         return dx
-    vpt = next(k for k in VPTS if 32 * k >= int(L))
-    kernel = _module().get_function(f"softmax_backward_v3<{CTYPES[y.dtype]}, {vpt}>")
-    block = _fit(kernel, block)
-    rows_per_block = block // 32
-    kernel(((int(rows) + rows_per_block - 1) // rows_per_block,), (block,), (dx, y, dy, scale, rows, L))
+    kernel = CUDA.function(f"softmax_backward_v3<{CTYPES[y.dtype]}, {vpt_for(int(L))}>")
+    block = fit_block(kernel, block)
+    kernel((ceil_div(int(rows), block // 32),), (block,), (dx, y, dy, scale, rows, L))  # one warp per row
     return dx
 
 

@@ -13,52 +13,15 @@
 //
 // Kernels are templates over the element type T (float, f16, double), instantiated by
 // name from cupy_launch.py. Standalone syntax check:
-//   nvcc -std=c++17 -arch=sm_90 -c cuda.cu -o /dev/null
+//   nvcc -std=c++17 -arch=sm_90 -I.. -c cuda.cu -o /dev/null   (in this folder; -I.. finds common.cuh)
 
-// ---- element types (same prelude in every cuda.cu of this repo) ------------
-// float16 travels as its raw 16 bits and is converted with PTX cvt, so the file
-// needs no cuda_fp16.h (NVRTC under CuPy may run without the CUDA headers).
-// Acc<T> is the type statistics are kept in: float32, or float64 for float64.
-struct __align__(2) f16 { unsigned short bits; };
-template <typename T> struct Acc { typedef float type; };
-template <> struct Acc<double> { typedef double type; };
-
-__device__ __forceinline__ float load(float v) { return v; }
-__device__ __forceinline__ double load(double v) { return v; }
-__device__ __forceinline__ float load(f16 v) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
-    return f;
-}
-__device__ __forceinline__ void store(float& dst, float v) { dst = v; }
-__device__ __forceinline__ void store(double& dst, double v) { dst = v; }
-__device__ __forceinline__ void store(f16& dst, float v) {
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(dst.bits) : "f"(v));
-}
-
-__device__ __forceinline__ float exp_(float v) { return expf(v); }
-__device__ __forceinline__ double exp_(double v) { return exp(v); }
-__device__ __forceinline__ float max_(float a, float b) { return fmaxf(a, b); }
-__device__ __forceinline__ double max_(double a, double b) { return fmax(a, b); }
-template <typename A> __device__ __forceinline__ A neg_inf();
-template <> __device__ __forceinline__ float neg_inf<float>() { return __int_as_float((int)0xff800000); }
-template <> __device__ __forceinline__ double neg_inf<double>() {
-    return __longlong_as_double((long long)0xfff0000000000000ULL);
-}
+#include "common.cuh"
 
 // Offset of row r's mask entries: r = ((i0 * d1) + i1) * d2 + i2.
 __device__ __forceinline__ long long mask_row_offset(long long r, int d1, int d2, long long ms0,
                                                      long long ms1, long long ms2) {
     const long long i2 = r % d2, t = r / d2;
     return (t / d1) * ms0 + (t % d1) * ms1 + i2 * ms2;
-}
-
-// Merge two online-softmax partials (max m, sum s of exp(v - m)); -inf - -inf would be NaN.
-template <typename A> __device__ __forceinline__ void online_merge(A& m, A& s, A m2, A s2) {
-    const A mn = m > m2 ? m : m2;
-    if (mn == neg_inf<A>()) return;  // both partials empty (all blocked so far)
-    s = s * exp_(m - mn) + s2 * exp_(m2 - mn);
-    m = mn;
 }
 
 template <typename T>

@@ -11,31 +11,16 @@ zero-stride broadcast view (strides per axis, in bytes of bool), never copied to
 """
 from __future__ import annotations
 
-import functools
-from pathlib import Path
-
 import numpy as np
 
-CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float16): "f16", np.dtype(np.float64): "double"}
-VPTS = (1, 2, 4, 8, 16, 32)  # v3 instantiations: values per lane
+from ..cupy_launcher import CTYPES, VPTS, CudaKernels, acc_dtype, ceil_div, fit_block, vpt_for
+
 V4_VPTS, V4_ROWS = (1, 2, 4), 2  # v4 instantiations: short rows, two per warp
-
-
-@functools.cache
-def _module():
-    """Compile cuda.cu once per process (NVRTC through CuPy), every instantiation by name."""
-    import cupy as cp
-
-    names = [f"softmax_forward_v{v}<{t}>" for v in (1, 2) for t in CTYPES.values()]
-    names += [f"softmax_forward_v3<{t}, {k}>" for t in CTYPES.values() for k in VPTS]
-    names += [f"softmax_forward_v4<{t}, {k}, {V4_ROWS}>" for t in CTYPES.values() for k in V4_VPTS]
-    code = Path(__file__).with_name("cuda.cu").read_text()
-    return cp.RawModule(code=code, options=("-std=c++17",), name_expressions=names)
-
-
-def _fit(kernel, block):
-    """The block size, lowered to what the kernel's register use allows (a multiple of 32)."""
-    return min(block, kernel.max_threads_per_block)
+CUDA = CudaKernels("softmax_forward", [
+    *(f"softmax_forward_v{v}<{t}>" for v in (1, 2) for t in CTYPES.values()),
+    *(f"softmax_forward_v3<{t}, {k}>" for t in CTYPES.values() for k in VPTS),  # VPTS: values per lane
+    *(f"softmax_forward_v4<{t}, {k}, {V4_ROWS}>" for t in CTYPES.values() for k in V4_VPTS),
+])
 
 
 def _as_4d(shape):
@@ -67,7 +52,7 @@ def _prepare(x, scale):
     x = cp.ascontiguousarray(x)
     if x.dtype not in CTYPES:
         raise TypeError(f"softmax_forward: unsupported dtype {x.dtype}")
-    acc = np.float64 if x.dtype == np.float64 else np.float32  # statistics dtype
+    acc = acc_dtype(x.dtype)  # statistics dtype
     return x, cp.empty_like(x), acc(scale), x.size // max(x.shape[-1], 1), x.shape[-1]
 
 
@@ -75,9 +60,9 @@ def launch_v1(x, scale, mask, block=128):
     x, y, scale, rows, L = _prepare(x, scale)
     if rows == 0 or L == 0:
         return y
-    kernel = _module().get_function(f"softmax_forward_v1<{CTYPES[x.dtype]}>")
-    block = _fit(kernel, block)
-    grid = (rows + block - 1) // block  # one thread per row
+    kernel = CUDA.function(f"softmax_forward_v1<{CTYPES[x.dtype]}>")
+    block = fit_block(kernel, block)
+    grid = ceil_div(rows, block)  # one thread per row
     kernel((grid,), (block,), (y, x, *_mask_args(mask, x.shape), scale, np.int64(rows), np.int32(L)))
     return y
 
@@ -86,10 +71,9 @@ def launch_v2(x, scale, mask, block=128):
     x, y, scale, rows, L = _prepare(x, scale)
     if rows == 0 or L == 0:
         return y
-    kernel = _module().get_function(f"softmax_forward_v2<{CTYPES[x.dtype]}>")
-    block = _fit(kernel, block)
-    rows_per_block = block // 32  # one warp per row
-    grid = (rows + rows_per_block - 1) // rows_per_block
+    kernel = CUDA.function(f"softmax_forward_v2<{CTYPES[x.dtype]}>")
+    block = fit_block(kernel, block)
+    grid = ceil_div(rows, block // 32)  # one warp per row
     kernel((grid,), (block,), (y, x, *_mask_args(mask, x.shape), scale, np.int64(rows), np.int32(L)))
     return y
 
@@ -101,11 +85,9 @@ def launch_v3(x, scale, mask, block=128):
     x, y, scale, rows, L = _prepare(x, scale)
     if rows == 0 or L == 0:
         return y
-    vpt = next(k for k in VPTS if 32 * k >= L)
-    kernel = _module().get_function(f"softmax_forward_v3<{CTYPES[x.dtype]}, {vpt}>")
-    block = _fit(kernel, block)
-    rows_per_block = block // 32
-    grid = (rows + rows_per_block - 1) // rows_per_block
+    kernel = CUDA.function(f"softmax_forward_v3<{CTYPES[x.dtype]}, {vpt_for(L)}>")
+    block = fit_block(kernel, block)
+    grid = ceil_div(rows, block // 32)  # one warp per row
     kernel((grid,), (block,), (y, x, *_mask_args(mask, x.shape), scale, np.int64(rows), np.int32(L)))
     return y
 
@@ -117,11 +99,9 @@ def launch_v4(x, scale, mask, block=128):
     x, y, scale, rows, L = _prepare(x, scale)
     if rows == 0 or L == 0:
         return y
-    vpt = next(k for k in V4_VPTS if 32 * k >= L)
-    kernel = _module().get_function(f"softmax_forward_v4<{CTYPES[x.dtype]}, {vpt}, {V4_ROWS}>")
-    block = _fit(kernel, block)
-    rows_per_block = block // 32 * V4_ROWS
-    grid = (rows + rows_per_block - 1) // rows_per_block
+    kernel = CUDA.function(f"softmax_forward_v4<{CTYPES[x.dtype]}, {vpt_for(L, V4_VPTS)}, {V4_ROWS}>")
+    block = fit_block(kernel, block)
+    grid = ceil_div(rows, block // 32 * V4_ROWS)  # V4_ROWS rows per warp
     kernel((grid,), (block,), (y, x, *_mask_args(mask, x.shape), scale, np.int64(rows), np.int32(L)))
     return y
 

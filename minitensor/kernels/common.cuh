@@ -1,0 +1,64 @@
+// Device helpers shared by every kernels/<op>/cuda.cu, which starts with #include "common.cuh".
+//
+// It needs no CUDA header: NVRTC under CuPy may run without them (no cuda_fp16.h, no
+// cuda_runtime.h), so this file and the kernels use only built-ins and inline PTX.
+// cupy_launcher.py pastes this file into each cuda.cu's text before compiling (CuPy caches
+// kernels on disk by source text, so an edit here must change that text); the standalone check
+// finds it with -I..:   nvcc -std=c++17 -arch=sm_90 -I.. -c cuda.cu -o /dev/null
+#ifndef MINITENSOR_COMMON_CUH
+#define MINITENSOR_COMMON_CUH
+
+// ---- element types -----------------------------------------------------------
+// float16 travels as its raw 16 bits and is converted with PTX cvt (no cuda_fp16.h).
+// Acc<T> is the type statistics are kept in: float32, or float64 for float64.
+struct __align__(2) f16 { unsigned short bits; };
+template <typename T> struct Acc { typedef float type; };
+template <> struct Acc<double> { typedef double type; };
+
+__device__ __forceinline__ float load(float v) { return v; }
+__device__ __forceinline__ double load(double v) { return v; }
+__device__ __forceinline__ float load(f16 v) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
+    return f;
+}
+__device__ __forceinline__ void store(float& dst, float v) { dst = v; }
+__device__ __forceinline__ void store(double& dst, double v) { dst = v; }
+__device__ __forceinline__ void store(f16& dst, float v) {
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(dst.bits) : "f"(v));
+}
+
+// ---- math in Acc<T>: one name for float and double, so a template picks expf or exp -----
+__device__ __forceinline__ float exp_(float v) { return expf(v); }
+__device__ __forceinline__ double exp_(double v) { return exp(v); }
+__device__ __forceinline__ float log_(float v) { return logf(v); }
+__device__ __forceinline__ double log_(double v) { return log(v); }
+__device__ __forceinline__ float sqrt_(float v) { return sqrtf(v); }
+__device__ __forceinline__ double sqrt_(double v) { return sqrt(v); }
+__device__ __forceinline__ float rsqrt_(float v) { return rsqrtf(v); }
+__device__ __forceinline__ double rsqrt_(double v) { return rsqrt(v); }
+__device__ __forceinline__ float max_(float a, float b) { return fmaxf(a, b); }
+__device__ __forceinline__ double max_(double a, double b) { return fmax(a, b); }
+template <typename A> __device__ __forceinline__ A neg_inf();  // bit patterns: no math header
+template <> __device__ __forceinline__ float neg_inf<float>() { return __int_as_float((int)0xff800000); }
+template <> __device__ __forceinline__ double neg_inf<double>() {
+    return __longlong_as_double((long long)0xfff0000000000000ULL);
+}
+
+// ---- reductions ----------------------------------------------------------------
+// Sum over the 32 lanes of a warp (butterfly: every lane gets the total); needs a full warp.
+template <typename A> __device__ __forceinline__ A warp_sum(A v) {
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+}
+
+// Merge two online-softmax partials (max m, sum s of exp(v - m)). An empty partial has
+// m = -inf; when both are empty, return early: -inf - -inf would be NaN.
+template <typename A> __device__ __forceinline__ void online_merge(A& m, A& s, A m2, A s2) {
+    const A mn = m > m2 ? m : m2;
+    if (mn == neg_inf<A>()) return;
+    s = s * exp_(m - mn) + s2 * exp_(m2 - mn);
+    m = mn;
+}
+
+#endif  // MINITENSOR_COMMON_CUH
