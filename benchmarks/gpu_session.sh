@@ -22,10 +22,10 @@ check)
 step)
   PYTHONPATH=. python benchmarks/bench_bias_grad.py | tee "$out/bias_grad.txt"
   for precision in fp32 fp16; do
-    python -m train bench --device cuda --precision "$precision" --steps 10 --json | tee "$out/step_$precision.json"
+    python -m train bench --backend cuda --precision "$precision" --steps 10 --json | tee "$out/step_$precision.json"
   done
-  python -m train bench --device cuda --precision fp16 --steps 3 --no-peer --profile | tee "$out/profile_fp16.txt"
-  python -m train bench --device cuda --precision fp16 --batch 2 --steps 10 --no-peer | tee "$out/host_bound_fp16.txt"
+  python -m train bench --backend cuda --precision fp16 --steps 3 --no-peer --profile | tee "$out/profile_fp16.txt"
+  python -m train bench --backend cuda --precision fp16 --batch 2 --steps 10 --no-peer | tee "$out/host_bound_fp16.txt"
   ;;
 multi30k)
   # the device gets the repo only: carry a copy of ../shared/data/multi30k as .device_data/multi30k

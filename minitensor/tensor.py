@@ -3,9 +3,11 @@
 Every operator calls `Function.apply`, which records the graph; `backward()`
 walks it (autograd.py). float32 is the default dtype; ask for float64 for
 gradient checks. The default backend is "numpy", the readable reference; ask
-for "numba"/"cpu" (compiled CPU kernels) or "cuda" explicitly. Broadcasting is explicit: an input that needs a gradient and
-has a smaller shape is first `expand`ed (movement.Expand), whose backward sums
-the gradient back over the broadcast axes.
+for "numba"/"cpu" (compiled CPU kernels) or "cuda" explicitly.
+
+Broadcasting is explicit: an input that needs a gradient and has a smaller shape
+is first `expand`ed (movement.Expand), whose backward sums the gradient back over
+the broadcast axes.
 """
 from __future__ import annotations
 

@@ -53,18 +53,20 @@ class TransformerConfig:
     impl: str = "composed"            # "composed" (op by op, the default) or "fused" (fused.py); same math
 
     def __post_init__(self):
+        for name in ("vocab_size", "N", "d_model", "d_ff", "h", "d_k", "d_v", "max_len"):
+            value = getattr(self, name)
+            if value is None and name in ("d_k", "d_v"):
+                continue                                                       # derived below
+            _require(isinstance(value, int) and not isinstance(value, bool), f"{name} must be an int, got {value!r}")
+            _require(value > 0, f"{name} must be positive, got {value!r}")
         if self.d_k is None or self.d_v is None:
-            _require(self.h > 0 and self.d_model % self.h == 0,
+            _require(self.d_model % self.h == 0,
                      f"d_model ({self.d_model}) must be divisible by h ({self.h}) so that "
                      f"d_k = d_v = d_model/h (§3.2.2); or give d_k and d_v explicitly")
         if self.d_k is None:
             object.__setattr__(self, "d_k", self.d_model // self.h)
         if self.d_v is None:
             object.__setattr__(self, "d_v", self.d_model // self.h)
-        for name in ("vocab_size", "N", "d_model", "d_ff", "h", "d_k", "d_v", "max_len"):
-            value = getattr(self, name)
-            _require(isinstance(value, int) and not isinstance(value, bool) and value > 0,
-                     f"{name} must be a positive int, got {value!r}")
         for name in ("p_drop", "attention_dropout", "eps_ls"):
             value = getattr(self, name)
             _require(0.0 <= value < 1.0, f"{name} must be in [0, 1), got {value!r}")

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 
 from minitensor import Function
-from minitensor.functions import inverted_dropout
+from minitensor.functions import inverted_dropout, layer_norm_backward, layer_norm_forward
 
 
 class Attention(Function):
@@ -99,17 +99,11 @@ class DropoutAddLayerNorm(Function):
 
     @staticmethod
     def forward(ctx, x, s, gamma, beta, *, eps, p=0.0, seed=None):
-        backend = ctx.backend
-        z = x + inverted_dropout(backend, s, p, seed)                         # x + Dropout(Sublayer(x))
-        gamma, beta = gamma.astype(x.dtype, copy=False), beta.astype(x.dtype, copy=False)
-        y, mean, rstd = backend.layernorm_forward(z, gamma, beta, eps)        # §3.1: LayerNorm(...)
-        ctx.save_for_backward(z, gamma, mean, rstd)
-        return y
+        z = x + inverted_dropout(ctx.backend, s, p, seed)                     # x + Dropout(Sublayer(x))
+        return layer_norm_forward(ctx, z, gamma, beta, eps)                   # §3.1: LayerNorm(...)
 
     @staticmethod
     def backward(ctx, grad_out):
-        z, gamma, mean, rstd = ctx.saved
-        dz, dgamma, dbeta = ctx.backend.layernorm_backward(grad_out, z, gamma, mean, rstd)
-        ds = inverted_dropout(ctx.backend, dz, ctx.params["p"], ctx.params["seed"])
-        param_dtype = ctx.input_dtypes[2]
-        return dz, ds, dgamma.astype(param_dtype, copy=False), dbeta.astype(param_dtype, copy=False)
+        dz, dgamma, dbeta = layer_norm_backward(ctx, grad_out, param_dtype=ctx.input_dtypes[2])
+        ds = inverted_dropout(ctx.backend, dz, ctx.params["p"], ctx.params["seed"])   # the same mask
+        return dz, ds, dgamma, dbeta

@@ -31,14 +31,14 @@ def sinusoid_table(max_len: int, d_model: int) -> np.ndarray:
 class PositionalEncoding(nn.Module):
     """x + PE[offset : offset + T], for x (B, T, D). The table is a buffer (sinusoidal) or a Parameter (learned)."""
 
-    def __init__(self, d_model: int, max_len: int, kind: str, rng: np.random.Generator, backend="cpu"):
+    def __init__(self, d_model: int, max_len: int, kind: str, rng: np.random.Generator):
         super().__init__()
         self.max_len, self.kind = max_len, kind
         if kind == "sinusoidal":
-            self.register_buffer("table", mt.tensor(sinusoid_table(max_len, d_model), backend=backend))
+            self.register_buffer("table", mt.tensor(sinusoid_table(max_len, d_model)))
         elif kind == "learned":
             # paper silent on the init; same scale as the token embedding (see embedding.py)
-            self.table = nn.Parameter(nn.init.normal((max_len, d_model), rng, d_model ** -0.5), backend=backend)
+            self.table = nn.Parameter(nn.init.normal((max_len, d_model), rng, d_model ** -0.5))
         else:
             raise ValueError(f"unknown positional encoding {kind!r}; use 'sinusoidal' or 'learned'")
 

@@ -97,17 +97,26 @@ class LayerNorm(Function):
 
     @staticmethod
     def forward(ctx, x, gamma, beta, *, eps):
-        gamma, beta = gamma.astype(x.dtype, copy=False), beta.astype(x.dtype, copy=False)
-        y, mean, rstd = ctx.backend.layernorm_forward(x, gamma, beta, eps)
-        ctx.save_for_backward(x, gamma, mean, rstd)
-        return y
+        return layer_norm_forward(ctx, x, gamma, beta, eps)
 
     @staticmethod
     def backward(ctx, grad_out):
-        x, gamma, mean, rstd = ctx.saved
-        dx, dgamma, dbeta = ctx.backend.layernorm_backward(grad_out, x, gamma, mean, rstd)
-        param_dtype = ctx.input_dtypes[1]
-        return dx, dgamma.astype(param_dtype, copy=False), dbeta.astype(param_dtype, copy=False)
+        return layer_norm_backward(ctx, grad_out, param_dtype=ctx.input_dtypes[1])
+
+
+def layer_norm_forward(ctx, x, gamma, beta, eps):
+    """LayerNorm's forward inside any Function that normalises (γ, β cast to x's dtype); saves for the backward."""
+    gamma, beta = gamma.astype(x.dtype, copy=False), beta.astype(x.dtype, copy=False)
+    y, mean, rstd = ctx.backend.layernorm_forward(x, gamma, beta, eps)
+    ctx.save_for_backward(x, gamma, mean, rstd)
+    return y
+
+
+def layer_norm_backward(ctx, grad_out, param_dtype):
+    """(dx, dγ, dβ) for a forward done by layer_norm_forward; dγ, dβ in the parameters' own dtype."""
+    x, gamma, mean, rstd = ctx.saved
+    dx, dgamma, dbeta = ctx.backend.layernorm_backward(grad_out, x, gamma, mean, rstd)
+    return dx, dgamma.astype(param_dtype, copy=False), dbeta.astype(param_dtype, copy=False)
 
 
 class CrossEntropy(Function):

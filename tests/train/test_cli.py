@@ -21,7 +21,7 @@ COMMANDS = ["demo", "fit", "translate", "evaluate", "average", "plot", "doctor",
 def run_cli(*args: str, stdin: bytes = b"", cwd: Path = ROOT) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run([sys.executable, "-m", "train", *args], input=stdin, capture_output=True,
-                          cwd=cwd, env=env, timeout=120)
+                          cwd=cwd, env=env, timeout=300)
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> str:

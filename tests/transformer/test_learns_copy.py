@@ -1,9 +1,9 @@
 """End to end on CPU: the tiny Transformer learns to reverse sequences, judged by greedy decoding (§6.1).
 
 Vocabulary 13 (4 specials + 9 symbols), lengths 4-8, Adam (§5.3 betas) with the Noam
-schedule (§5.3, Eq. (3)) at half the paper's scale and 100 warm-up steps, 600 steps of 64
-sentences. Exact match is measured on 200 fresh sentences by greedy decoding, not by
-teacher forcing.
+schedule (§5.3, Eq. (3)) at half the paper's scale and 100 warm-up steps, 600 steps of 128
+sentences (with 64, a late loss spike left some seeds at 93-97%). Exact match is measured
+on 200 fresh sentences by greedy decoding, not by teacher forcing.
 """
 import numpy as np
 
@@ -31,7 +31,7 @@ def test_tiny_transformer_learns_to_reverse():
     optimizer = Adam(model.named_parameters(), lr=NoamSchedule(config.d_model, warmup=100, factor=0.5))
     loss_fn = LabelSmoothingLoss(config.eps_ls, config.pad_id)
     for _ in range(600):
-        src, tgt_in, tgt_out = reverse_batch(rng, 64)
+        src, tgt_in, tgt_out = reverse_batch(rng, 128)
         out = loss_fn(model(src, tgt_in), tgt_out)
         model.zero_grad()
         out.loss.backward()

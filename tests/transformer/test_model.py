@@ -1,5 +1,4 @@
 """transformer/model.py (Figure 1): parameter counts, names, init, gradients, masking, cached decoding."""
-import time
 
 import numpy as np
 import pytest
@@ -184,7 +183,7 @@ def test_ids_must_be_integer_matrices():
         model(np.ones((1, 40), dtype=int) * 4, np.ones((1, 3), dtype=int) * 4)
 
 
-def test_building_base_takes_seconds_not_minutes():
-    start = time.perf_counter()
-    Transformer(TransformerConfig.base(vocab_size=8000), np.random.default_rng(0), backend="numpy")
-    assert time.perf_counter() - start < 30
+def test_building_base_gives_its_closed_form_size():
+    """Really builds Table 3 base (the count test above stubs the initialiser out)."""
+    model = Transformer(TransformerConfig.base(vocab_size=8000), np.random.default_rng(0), backend="numpy")
+    assert model.num_parameters() == 63_082_496 - (37000 - 8000) * 512
