@@ -167,6 +167,46 @@ def bench(args) -> int:
     return 0
 
 
+def evalb(args) -> int:
+    """EVALB's report for TEST against GOLD; its per-sentence errors go to stderr as evalb prints them."""
+    from train.evalb import COLLINS, EvalbParams, evaluate, read_lines
+
+    params = EvalbParams.read(args.prm) if args.prm else COLLINS
+    report = evaluate(read_lines(args.gold), read_lines(args.test), params, where=(str(args.gold), str(args.test)))
+    for message in report.messages:
+        print(message, file=sys.stderr)
+    sys.stdout.write(report.format())
+    return 0
+
+
+def parse_eval(args) -> int:
+    """Parse the gold trees' sentences (§6.3), score with EVALB, and print the right-branching baseline beside."""
+    from train import parse_eval as parsing
+    from train.evalb import COLLINS, EvalbParams
+
+    _check_decoding(args)
+    params = EvalbParams.read(args.prm) if args.prm else COLLINS
+    if args.out is not None and args.out.exists():
+        raise InputError(f"{args.out}: exists; choose another --out (nothing is overwritten)")
+    gold = parsing.read_gold(args.gold)
+    sentences = [tree.words() for tree in gold]
+    start = time.perf_counter()
+    outputs = _translate(args, [" ".join(words) for words in sentences], str(args.gold))
+    parses, repaired = parsing.parses_from_outputs(outputs, sentences)
+    print(f"parsed {len(parses)} sentences of {args.gold} in {time.perf_counter() - start:.0f} s (beam {args.beam}, "
+          f"α {args.alpha}, at most input + {args.max_len_b} tokens); {repaired} outputs needed repair")
+    if args.out is not None:
+        args.out.write_text("".join(f"{tree}\n" for tree in parses), encoding="utf-8")
+    retagged = [parsing.with_gold_tags(parse, tree) for parse, tree in zip(parses, gold)]
+    reports = {"model": parsing.score(gold, retagged, params),
+               "right-branching": parsing.score(gold, parsing.baseline(gold), params)}
+    print(f"EVALB ({args.prm.name if args.prm else 'COLLINS.prm settings'}) on the same {len(gold)} gold trees, "
+          f"gold POS tags on both systems' words (train/parse_eval.py says why)")
+    print(parsing.compare(reports))
+    print(f"the model's own POS tags: {parsing.tagging_accuracy(parses, gold):.2f} % of all words correct")
+    return 0
+
+
 def doctor(args) -> int:
     """Versions, devices, and which backends work here (train/doctor.py)."""
     from train.doctor import report
@@ -175,4 +215,4 @@ def doctor(args) -> int:
     return 0
 
 
-__all__ = ["fit", "translate", "evaluate", "average", "plot", "demo", "bench", "doctor"]
+__all__ = ["fit", "translate", "evaluate", "average", "plot", "demo", "bench", "doctor", "evalb", "parse_eval"]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from train import tasks
+from train import ptb, tasks
 from train.batching import make_batches, pad_batch
 from train.config import RunConfig, TaskConfig
 from train.data import TokenizedCorpus, iter_parallel, multi30k_paths, read_parallel, shared_data_dir
@@ -59,6 +59,11 @@ def _shared_path(value: str, key: str) -> Path:
     return root / value.removeprefix("shared:")
 
 
+def _task_path(value: str, key: str) -> Path:
+    """A path from the config: `shared:...` is under ../shared/data, anything else is the user's."""
+    return _shared_path(value, key) if value.startswith("shared:") else Path(value).expanduser()
+
+
 def resolve_paths(task: TaskConfig, run_dir: Path) -> dict[str, tuple[Path, Path] | None]:
     """{"train": (src, tgt), "valid": (src, tgt), "test": (src, tgt) or None} for the task."""
     if task.kind == "builtin":
@@ -67,6 +72,9 @@ def resolve_paths(task: TaskConfig, run_dir: Path) -> dict[str, tuple[Path, Path
             tasks.write_task(data_dir, seed=task.seed, n_train=task.n_train, n_valid=task.n_valid,
                              n_test=task.n_test)
         return {split: (data_dir / f"{split}.en", data_dir / f"{split}.de") for split in tasks.SPLITS}
+    if task.kind == "ptb":  # §6.3 parsing: treebank files -> (words, linearised tree) files in run_dir/data
+        ranges = {split: getattr(task, f"treebank_{split}") for split in ptb.SPLITS}
+        return ptb.write_splits(_task_path(task.treebank, "treebank"), ranges, run_dir / "data")
     if task.kind == "multi30k":
         return {"train": multi30k_paths("train"), "valid": multi30k_paths("val"),
                 "test": multi30k_paths("test")}
@@ -78,7 +86,7 @@ def resolve_paths(task: TaskConfig, run_dir: Path) -> dict[str, tuple[Path, Path
             if not value:
                 pair = None
                 break
-            pair.append(_shared_path(value, key) if value.startswith("shared:") else Path(value).expanduser())
+            pair.append(_task_path(value, key))
         if pair is None and split != "test":
             raise InputError(f"task.{split}_src and task.{split}_tgt must be set for task.kind = 'files' "
                              f"(edit the config or pass --set task.{split}_src=PATH)")

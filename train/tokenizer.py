@@ -70,8 +70,8 @@ class Tokenizer:
         On a corpus too small for `vocab_size` the vocabulary is smaller; a
         warning says so and `clamped_from` keeps the requested size.
         """
-        if model_type not in ("bpe", "unigram"):
-            raise InputError(f"tokenizer model_type must be 'bpe' or 'unigram', got {model_type!r}")
+        if model_type not in ("bpe", "unigram", "word"):
+            raise InputError(f"tokenizer model_type must be 'bpe', 'unigram' or 'word', got {model_type!r}")
         if vocab_size < 8:
             raise InputError(f"vocab_size must be at least 8 (4 special ids), got {vocab_size}")
         prefix = Path(model_prefix)
