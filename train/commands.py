@@ -189,21 +189,18 @@ def parse_eval(args) -> int:
     if args.out is not None and args.out.exists():
         raise InputError(f"{args.out}: exists; choose another --out (nothing is overwritten)")
     gold = parsing.read_gold(args.gold)
-    sentences = [tree.words() for tree in gold]
     start = time.perf_counter()
-    outputs = _translate(args, [" ".join(words) for words in sentences], str(args.gold))
-    parses, repaired = parsing.parses_from_outputs(outputs, sentences)
+    outputs = _translate(args, [" ".join(tree.words()) for tree in gold], str(args.gold))
+    parses, repaired = parsing.parses_from_outputs(outputs, gold)
     print(f"parsed {len(parses)} sentences of {args.gold} in {time.perf_counter() - start:.0f} s (beam {args.beam}, "
           f"α {args.alpha}, at most input + {args.max_len_b} tokens); {repaired} outputs needed repair")
     if args.out is not None:
         args.out.write_text("".join(f"{tree}\n" for tree in parses), encoding="utf-8")
-    retagged = [parsing.with_gold_tags(parse, tree) for parse, tree in zip(parses, gold)]
-    reports = {"model": parsing.score(gold, retagged, params),
+    reports = {"model": parsing.score(gold, parses, params),
                "right-branching": parsing.score(gold, parsing.baseline(gold), params)}
     print(f"EVALB ({args.prm.name if args.prm else 'COLLINS.prm settings'}) on the same {len(gold)} gold trees, "
           f"gold POS tags on both systems' words (train/parse_eval.py says why)")
     print(parsing.compare(reports))
-    print(f"the model's own POS tags: {parsing.tagging_accuracy(parses, gold):.2f} % of all words correct")
     return 0
 
 

@@ -5,11 +5,11 @@ exactly the sentence's words (train.trees.delinearise repairs ill-formed output)
 then scores its brackets and those of the right-branching baseline against the same gold
 trees with the same settings, and `compare` prints the summaries side by side.
 
-POS tags: the model predicts them (they are its leaf tokens), but EVALB decides which
-words are punctuation, and so deleted, by the test tree's tags: one mis-tagged comma makes
-the whole sentence an EVALB "Error", left out of the score. So the brackets are scored with
-the gold tags on the model's leaves (as Vinyals et al., whose XX leaves carry no tags, had
-to), every sentence counts for both systems, and the model's own tags are scored apart.
+POS tags: the model writes words, not tags (train/trees.py), so both systems' trees carry
+the gold tags, as Vinyals et al.'s XX-leaf trees had to. That matters beyond the tagging
+column: EVALB decides which words are punctuation, and deletes them, by the test tree's
+tags, and would call a sentence with a differently tagged comma an "Error" and skip it.
+With the same tags every sentence is scored, for both systems alike.
 """
 
 from collections.abc import Sequence
@@ -25,12 +25,12 @@ def read_gold(path: Path) -> list[Tree]:
     return [tree for tree in trees if tree is not None]
 
 
-def parses_from_outputs(outputs: Sequence[str], sentences: Sequence[Sequence[str]]) -> tuple[list[Tree], int]:
-    """(a tree per model output over its sentence's words, how many outputs needed repair)."""
+def parses_from_outputs(outputs: Sequence[str], gold: Sequence[Tree]) -> tuple[list[Tree], int]:
+    """(a tree per model output over its gold tree's words and POS tags, how many outputs needed repair)."""
     trees, repaired = [], 0
-    for output, words in zip(outputs, sentences):
-        tree, was_repaired = delinearise(output.split(), words)
-        trees.append(tree)
+    for output, tree in zip(outputs, gold):
+        parse, was_repaired = delinearise(output.split(), tree.words(), tree.tags())
+        trees.append(parse)
         repaired += was_repaired
     return trees, repaired
 
@@ -39,23 +39,6 @@ def score(gold: Sequence[Tree], test: Sequence[Tree], params: EvalbParams) -> Re
     """EVALB over the pairs; it counts errors instead of stopping at MAX_ERROR (an early checkpoint
     may mis-tag punctuation often)."""
     return evaluate([str(t) for t in gold], [str(t) for t in test], params, stop_after_max_error=False)
-
-
-def with_gold_tags(parse: Tree, gold: Tree) -> Tree:
-    """A copy of `parse` whose words carry the gold tree's POS tags (both have the same words)."""
-    tags = iter(gold.tags())
-
-    def copy(node: Tree) -> Tree:
-        if node.is_preterminal:
-            return Tree(next(tags), word=node.word)
-        return Tree(node.label, [copy(child) for child in node.children])
-    return copy(parse)
-
-
-def tagging_accuracy(parses: Sequence[Tree], gold: Sequence[Tree]) -> float:
-    """Percentage of all words (punctuation included) whose predicted POS tag is the gold one."""
-    pairs = [(p, g) for parse, tree in zip(parses, gold) for p, g in zip(parse.tags(), tree.tags())]
-    return 100.0 * sum(p == g for p, g in pairs) / max(len(pairs), 1)
 
 
 def baseline(gold: Sequence[Tree]) -> list[Tree]:
@@ -80,5 +63,4 @@ def compare(reports: dict[str, Report]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["read_gold", "parses_from_outputs", "with_gold_tags", "tagging_accuracy", "score", "baseline",
-           "compare"]
+__all__ = ["read_gold", "parses_from_outputs", "score", "baseline", "compare"]

@@ -6,12 +6,13 @@ as a token sequence in the style of Vinyals et al. 2015 ("Grammar as a Foreign L
 
     (TOP (S (NP (NNP Ms.) (NNP Haag)) (VP (VBZ plays) (NP (NNP Elianti))) (. .)))
     words:  Ms. Haag plays Elianti .
-    tokens: (S (NP NNP NNP )NP (VP VBZ (NP NNP )NP )VP . )S
+    tokens: (S (NP Ms. Haag )NP (VP plays (NP Elianti )NP )VP . )S
 
-An opening bracket carries its label, each word becomes its part-of-speech tag (the
-words themselves are on the source side), and a closing bracket repeats its label.
-TOP is implied. `delinearise` is the inverse; it accepts any token sequence a model
-may produce and repairs it into a valid tree over the input words (see there).
+An opening bracket carries its label, each word stands for itself (so the model can find
+its place in the source by copying; Vinyals et al. wrote XX, tensor2tensor the POS tag),
+and a closing bracket repeats its label. TOP is implied; POS tags are not in the sequence.
+`delinearise` is the inverse given the words (and their tags, where known); it accepts any
+token sequence a model may produce and repairs it into a valid tree over the words.
 
 The standard removals (`clean`): `-NONE-` empty elements go, with every constituent
 left empty by that; function tags and indices are stripped from phrase labels
@@ -29,9 +30,9 @@ from train.errors import InputError
 
 EMPTY_TAG = "-NONE-"
 ROOT = "TOP"
-FALLBACK_TAG = "XX"  # the tag of a word the model's output left out (Vinyals et al.'s placeholder)
-# Words whose PTB tag is certain, so a word the output left out still gets the tag EVALB's
-# punctuation deletion (COLLINS.prm) expects.
+FALLBACK_TAG = "XX"  # the tag of a word whose tag is not known (Vinyals et al.'s placeholder)
+# Words whose PTB tag is certain, so that without known tags punctuation still gets the tag
+# by which EVALB's COLLINS.prm deletes it.
 PUNCTUATION_TAGS = {",": ",", ".": ".", "?": ".", "!": ".", ":": ":", ";": ":", "--": ":", "...": ":",
                     "``": "``", "`": "``", "''": "''", "$": "$", "#": "#", "-LRB-": "-LRB-",
                     "-RRB-": "-RRB-", "-LCB-": "-LRB-", "-RCB-": "-RRB-"}
@@ -202,27 +203,34 @@ def _clean(node: Tree) -> Tree | None:
 
 # ---------------------------------------------------------------- linearisation
 def linearise(tree: Tree) -> list[str]:
-    """The target tokens of a TOP-rooted tree: '(X' opens X, a POS tag stands for each word, ')X' closes X."""
+    """The target tokens of a TOP-rooted tree: '(X' opens X, each word stands for itself, ')X' closes X.
+
+    A word that starts with a bracket (the PTB writes them -LRB- and -RRB-) is written XX,
+    so that it cannot be read as one; `delinearise` puts the word back from the source.
+    """
     tokens = []
     for child in tree.children:
-        tokens += _bracket_tokens(child, lambda node: node.label, lambda node: "(" + node.label,
-                                  lambda node: ")" + node.label)
+        tokens += _bracket_tokens(child, lambda node: FALLBACK_TAG if node.word[0] in "()" else node.word,
+                                  lambda node: "(" + node.label, lambda node: ")" + node.label)
     return tokens
 
 
-def delinearise(tokens: Sequence[str], words: Sequence[str]) -> tuple[Tree, bool]:
+def delinearise(tokens: Sequence[str], words: Sequence[str],
+                tags: Sequence[str] | None = None) -> tuple[Tree, bool]:
     """(the tree over `words` that `tokens` describe, whether it needed repair).
 
-    Repairs, so that any token sequence gives a valid tree whose words are exactly `words`:
+    Every token that is not a bracket stands for the next word, whatever it says (a model
+    may write ⁇ for a word outside its vocabulary); the word gets its tag from `tags`, or
+    without them the tag its punctuation fixes, else XX. Repairs, so that any token
+    sequence gives a valid tree whose words are exactly `words`:
     - a closing token closes the innermost open bracket whatever its label; one with
       nothing open is dropped; brackets still open at the end are closed;
-    - each tag token takes the next word; tags beyond the last word are dropped; words
-      left over join the innermost bracket open at the end (or the last top-level
-      constituent) with the tag their punctuation fixes, else XX;
-    - an opening token without a usable label is dropped; a tag that is not a usable
-      symbol (empty, -NONE-, containing a bracket or a space) becomes the fallback tag;
+    - word tokens beyond the last word are dropped; words left over join the innermost
+      bracket open at the end (or the last top-level constituent);
+    - an opening token without a usable label (empty, or with a bracket in it) is dropped;
     - constituents that end up without words are removed.
     """
+    tags = list(tags) if tags is not None else [fallback_tag(word) for word in words]
     root = Tree(ROOT)
     stack, position, repaired = [root], 0, False
     for token in tokens:
@@ -240,16 +248,13 @@ def delinearise(tokens: Sequence[str], words: Sequence[str]) -> tuple[Tree, bool
                 continue
             repaired |= token[1:] not in ("", stack.pop().label)
         elif position < len(words):
-            word = words[position]
-            usable = _is_symbol(token) and token != EMPTY_TAG
-            stack[-1].children.append(Tree(token if usable else fallback_tag(word), word=word))
-            repaired |= not usable
+            stack[-1].children.append(Tree(tags[position], word=words[position]))
             position += 1
         else:
             repaired = True
     repaired |= len(stack) > 1 or position < len(words)
     home = stack[-1] if len(stack) > 1 else _last_constituent(root)
-    home.children += [Tree(fallback_tag(word), word=word) for word in words[position:]]
+    home.children += [Tree(tag, word=word) for word, tag in zip(words[position:], tags[position:])]
     pruned = _clean(root) or Tree(ROOT)               # an empty TOP only when there are no words
     return pruned, repaired or str(pruned) != str(root)
 

@@ -25,11 +25,16 @@ def test_clean_removes_empty_elements_emptied_constituents_and_function_tags():
     assert clean(parse_one("( (S (-NONE- *)) )")) is None
 
 
-def test_linearise_writes_labelled_brackets_and_tags():
+def test_linearise_writes_labelled_brackets_around_the_words():
     tree = clean(parse_one("( (S (NP-SBJ (NNP Ms.) (NNP Haag)) (VP (VBZ plays) (NP (NNP Elianti))) (. .)) )"))
-    assert " ".join(linearise(tree)) == "(S (NP NNP NNP )NP (VP VBZ (NP NNP )NP )VP . )S"
-    back, repaired = delinearise(linearise(tree), tree.words())
+    assert " ".join(linearise(tree)) == "(S (NP Ms. Haag )NP (VP plays (NP Elianti )NP )VP . )S"
+    back, repaired = delinearise(linearise(tree), tree.words(), tree.tags())
     assert str(back) == str(tree) and not repaired
+    untagged, _ = delinearise(linearise(tree), tree.words())                  # no tags known: XX, punctuation's own
+    assert str(untagged) == "(TOP (S (NP (XX Ms.) (XX Haag)) (VP (XX plays) (NP (XX Elianti))) (. .)))"
+    odd = Tree("TOP", [Tree("S", [Tree("NN", word="(x"), Tree("NN", word=")y")])])
+    assert linearise(odd) == ["(S", "XX", "XX", ")S"]                       # never mistaken for brackets
+    assert str(delinearise(linearise(odd), ["(x", ")y"], ["NN", "NN"])[0]) == str(odd)
 
 
 @pytest.mark.skipif(TREEBANK is None, reason="../shared/data (the PTB sample) is not here")
@@ -38,7 +43,7 @@ def test_tree_to_tokens_to_tree_is_the_identity_on_every_sample_tree():
     for name, data in treebank_files(TREEBANK, 1, 199):
         for raw in read_trees(data, name):
             tree = clean(raw)
-            back, repaired = delinearise(linearise(tree), tree.words())
+            back, repaired = delinearise(linearise(tree), tree.words(), tree.tags())
             assert str(back) == str(tree) and not repaired, name
             assert str(clean(parse_one(str(tree)))) == str(tree)           # cleaning twice changes nothing
             n += 1
@@ -46,22 +51,25 @@ def test_tree_to_tokens_to_tree_is_the_identity_on_every_sample_tree():
 
 
 def test_repair_places_every_word_once():
-    words = ["The", "cat", "sat", "."]
-    truncated, repaired = delinearise("(S (NP DT NN".split(), words)
-    assert str(truncated) == "(TOP (S (NP (DT The) (NN cat) (XX sat) (. .))))" and repaired
-    too_many, repaired = delinearise("(S (NP DT NN )NP (VP VBD )VP . . NN )S )S".split(), words)
-    assert str(too_many) == "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))" and repaired
-    mislabelled, repaired = delinearise("(S (NP DT NN )VP (VP VBD )VP . )S".split(), words)
-    assert str(mislabelled) == "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))" and repaired
-    one_extra, repaired = delinearise("(S (NP DT NN )NP (VP VBD )VP . NN )S".split(), words)
-    assert str(one_extra) == "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))" and repaired
-    emptied, repaired = delinearise("(S (NP DT NN )NP (VP VBD (NP )NP )VP . )S".split(), words)
-    assert str(emptied) == "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))" and repaired
-    nothing, repaired = delinearise([], words)
-    assert str(nothing) == "(TOP (XX The) (XX cat) (XX sat) (. .))" and repaired
+    words, tags = ["The", "cat", "sat", "."], ["DT", "NN", "VBD", "."]
+    well_formed = "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))"
+
+    def repair(tokens: str) -> tuple[str, bool]:
+        tree, repaired = delinearise(tokens.split(), words, tags)
+        return str(tree), repaired
+
+    assert repair("(S (NP The cat )NP (VP sat )VP . )S") == (well_formed, False)
+    assert repair("(S (NP ⁇ cat )NP (VP x )VP y )S") == (well_formed, False)  # a word token stands for the next word
+    assert repair("(S (NP The cat") == ("(TOP (S (NP (DT The) (NN cat) (VBD sat) (. .))))", True)
+    assert repair("(S (NP The cat )NP (VP sat )VP . )S )S )S") == (well_formed, True)
+    assert repair("(S (NP The cat )NP (VP sat )VP . cat )S") == (well_formed, True)
+    assert repair("(S (NP The cat )VP (VP sat )VP . )S") == (well_formed, True)
+    assert repair("(S (NP The cat )NP (VP sat (NP )NP )VP . )S") == (well_formed, True)
+    assert repair("(S (NP The cat )NP ( (VP sat )VP . )S") == (well_formed, True)
+    assert repair("") == ("(TOP (DT The) (NN cat) (VBD sat) (. .))", True)
 
 
-TOKENS = st.sampled_from(["(S", "(NP", "(VP", "(", ")", ")S", ")NP", ")XX", "NN", "DT", ".", ",", "-NONE-",
+TOKENS = st.sampled_from(["(S", "(NP", "(VP", "(", ")", ")S", ")NP", ")XX", "the", "cat", ".", ",", "XX",
                           "(NP-SBJ", "(-", "N(N", "((", "))", "(S)", "", "a b", "⁇"])
 WORDS = st.lists(st.sampled_from(["the", "cat", ".", ",", "--", "sat", "''", "x"]), max_size=8)
 
