@@ -5,6 +5,10 @@
 #   bash benchmarks/gpu_session.sh step      # base step fp32/fp16 vs PyTorch, per-op profile (~4 min)
 #   bash benchmarks/gpu_session.sh multi30k [fp16|fp32]  # Multi30k run(s) + test BLEU (~4.5 min each;
 #                                                        # needs ../shared/data; one precision per call fits 10 min)
+#   bash benchmarks/gpu_session.sh ablate [table3|recipe]  # issue #18 on Multi30k: Table 3 rows A, D (9 runs x
+#       2,000 steps, STEPS=...; est. 20-25 min) or the recipe grid (10 runs x 3,000); repeat the call until it
+#       prints "grid complete". Each call resumes the grid; <grid>_state.tar in $OUT, carried back as
+#       .device_data/<grid>_state.tar, lets a cold machine skip the finished variants.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu_out}
@@ -40,5 +44,29 @@ multi30k)
         | tee "$out/bleu_$precision.txt"
   done
   ;;
-*) echo "usage: $0 check|step|multi30k [fp16|fp32]" >&2; exit 2 ;;
+ablate)
+  [ -d ../shared/data/multi30k ] || { mkdir -p ../shared/data && cp -r .device_data/multi30k ../shared/data/; }
+  grid=${2:-table3}
+  case "$grid" in
+  table3) args=(--grid table3 --rows A,D --steps "${STEPS:-2000}") ;;
+  recipe) args=(--grid recipe --steps "${STEPS:-3000}") ;;
+  *) echo "usage: $0 ablate table3|recipe" >&2; exit 2 ;;
+  esac
+  dir=runs/$grid-multi30k-gpu
+  if [ ! -d "$dir" ] && [ -f ".device_data/${grid}_state.tar" ]; then   # a cold machine: the finished variants
+    mkdir -p "$dir" && tar -xf ".device_data/${grid}_state.tar" -C "$dir"
+  fi
+  start=$SECONDS
+  # SIGTERM before the 10-minute limit: fit finishes its update and checkpoints, the grid stops, the table is written
+  timeout --signal=TERM --kill-after=30 "${BUDGET_S:-500}" \
+    python -m train ablate "${args[@]}" --config configs/multi30k.toml --backend cuda --out "$dir" --no-progress \
+    2>&1 | grep -E '^\[|^\||^(stopped|wrote|error|model:)' | tee -a "$out/ablate_$grid.log"
+  echo "this call: $((SECONDS - start)) s" | tee -a "$out/ablate_$grid.log"
+  cp "$dir/grid.txt" "$out/" 2>/dev/null
+  for ext in md csv png; do cp "$dir/$grid.$ext" "$out/" 2>/dev/null; done
+  tar -cf "$out/${grid}_state.tar" -C "$dir" grid.txt results 2>/dev/null
+  if [ -f "$dir/$grid.csv" ] && ! grep -q ',pending,' "$dir/$grid.csv"; then echo "grid complete"
+  else echo "grid not complete: run the same call again"; fi
+  ;;
+*) echo "usage: $0 check|step|multi30k [fp16|fp32]|ablate [table3|recipe]" >&2; exit 2 ;;
 esac

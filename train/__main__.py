@@ -9,6 +9,8 @@
     python -m train plot RUN_DIR                                   PNG curves (+ attention heat-map)
     python -m train bench [--backend cpu|numpy|cuda] [--precision fp32|fp16]   one step, ours vs PyTorch
     python -m train doctor                                         versions, devices, backends
+    python -m train ablate --grid table3 --config configs/X.toml [--rows A,D] [--steps N] [--list]
+                                                                   Table 3's variations, ours beside the paper
 
 Problems with your input (files, configs, checkpoints) print one line,
 `error: <file>:<line>: what is wrong`, and exit with status 2; `--debug`
@@ -120,6 +122,22 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true", help="print one JSON object (step_ms, tgt_tok_s, "
                                                             "peak_mem_bytes, peer_step_ms, ratio, ...)")
     _add_debug(bench)
+
+    ablate = commands.add_parser("ablate", help="train Table 3's model variations (§6.2) and compare with the paper")
+    ablate.add_argument("--grid", choices=["table3", "recipe"], default="table3",
+                        help="table3: the paper's rows A-E and big (default); recipe: warm-up, learning-rate "
+                             "factor, dropout, vocabulary and steps, one at a time, chosen on dev")
+    ablate.add_argument("--config", type=Path, required=True, help="the base run config, e.g. configs/multi30k.toml")
+    ablate.add_argument("--rows", default=None, help="comma-separated rows of A,B,C,D,E,big (default all; "
+                                                     "the base always runs)")
+    ablate.add_argument("--steps", type=int, default=None, help="steps per variant (default the config's max_steps)")
+    ablate.add_argument("--list", action="store_true", help="print the scaled grid and parameter counts; train nothing")
+    ablate.add_argument("--out", type=Path, default=None, help="default runs/<grid>-<config name>")
+    ablate.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a base config value, e.g. model.h=8 (repeatable)")
+    ablate.add_argument("--backend", default=None, help="numpy, numba, cupy, cpu or cuda (overrides train.backend)")
+    ablate.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _add_debug(ablate)
     return parser
 
 
@@ -154,7 +172,7 @@ def _dispatch(args) -> int:
             run_dir=getattr(args, "run_dir", Path("runs/demo")), overrides=getattr(args, "set", []),
             force=getattr(args, "force", False), progress=not getattr(args, "no_progress", False),
             config_path=DEMO_CONFIG)
-    return getattr(commands, args.command)(args)           # fit, translate, evaluate, average, plot, bench, doctor
+    return getattr(commands, args.command)(args)           # fit, translate, ..., doctor, ablate
 
 
 if __name__ == "__main__":

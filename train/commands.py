@@ -175,4 +175,11 @@ def doctor(args) -> int:
     return 0
 
 
-__all__ = ["fit", "translate", "evaluate", "average", "plot", "demo", "bench", "doctor"]
+def ablate(args) -> int:
+    """Table 3's variations of a config, trained (resuming) and set beside the paper (train/ablate.py)."""
+    from train import ablate as ablate_lib
+
+    return ablate_lib.command(args)
+
+
+__all__ = ["fit", "translate", "evaluate", "average", "plot", "demo", "bench", "doctor", "ablate"]
