@@ -1,12 +1,15 @@
 """The command line: `python -m train [command] ...` (the project's only CLI).
 
     python -m train                                   the built-in demo, end to end (CPU, minutes)
-    python -m train fit --config configs/X.toml [--set k=v ...] [--run-dir DIR] [--force]
-                        [--reset-optimizer] [--backend numpy|numba|cupy|cpu|cuda]
-    python -m train translate --ckpt CKPT [--beam 4 --alpha 0.6] < input.txt > output.txt
+    python -m train prepare --config configs/X.toml [--data-dir runs/prepared] [--workers N]
+    python -m train fit --config configs/X.toml [--set k=v ...] [--run-dir DIR] [--data-dir DIR] [--force]
+                        [--reset-optimizer] [--patience N] [--backend numpy|numba|cupy|cpu|cuda]
+    python -m train translate --ckpt CKPT [--beam 4 --alpha 0.6] [--nbest K] < input.txt > output.txt
+    python -m train translate --ckpt CKPT --input FILE --output FILE [--force]
     python -m train evaluate --ckpt CKPT --src SRC --ref REF      sacreBLEU + signature, chrF, paper BLEU
-    python -m train average --last 5 RUN_DIR [--out PATH]          §6.1 checkpoint averaging
+    python -m train average RUN_DIR [--last K] [--out PATH]        §6.1 checkpoint averaging
     python -m train plot RUN_DIR                                   PNG curves (+ attention heat-map)
+    python -m train export-tensorboard RUN_DIR                     metrics.jsonl as TensorBoard scalars
     python -m train bench [--backend cpu|numpy|cuda] [--precision fp32|fp16]   one step, ours vs PyTorch
     python -m train doctor                                         versions, devices, backends
     python -m train ablate --grid table3 --config configs/X.toml [--rows A,D] [--steps N] [--list]
@@ -65,20 +68,43 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_debug(demo)
 
+    prepare = commands.add_parser(
+        "prepare", help="train the tokenizer and encode the corpus into the shared data directory (fit does it too)")
+    prepare.add_argument("--config", type=Path, required=True, help="TOML run config, e.g. configs/demo.toml")
+    prepare.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                         help="override a config value, e.g. task.train_src=/data/train.en (repeatable)")
+    prepare.add_argument("--data-dir", type=Path, default=Path("runs/prepared"),
+                         help="where prepared data lives, shared by runs (default runs/prepared: the one `fit` "
+                              "uses for run directories in runs/)")
+    prepare.add_argument("--workers", type=int, default=0,
+                         help="encoding processes (default 0: one per core for a large corpus)")
+    _add_debug(prepare)
+
     fit = commands.add_parser("fit", help="train (or resume) a run from a TOML config")
     fit.add_argument("--config", type=Path, required=True, help="TOML run config, e.g. configs/demo.toml")
     fit.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config value, e.g. model.d_model=256 (repeatable)")
     fit.add_argument("--run-dir", type=Path, default=None, help="default runs/<config name>")
-    fit.add_argument("--force", action="store_true", help="start over: delete this tool's files in the run dir")
+    fit.add_argument("--data-dir", type=Path, default=None,
+                     help="prepared data, shared by runs (default: prepared/ beside the run directory)")
+    fit.add_argument("--force", action="store_true",
+                     help="start over: delete this tool's files in the run dir (never anything else)")
+    fit.add_argument("--patience", type=int, default=None, metavar="N",
+                     help="stop after N validations without a better validation BLEU (sets train.patience)")
     fit.add_argument("--reset-optimizer", action="store_true",
                      help="resume the weights but start Adam (moments, step, warm-up) afresh")
     fit.add_argument("--backend", default=None, help="numpy, numba, cupy, cpu or cuda (overrides train.backend)")
     fit.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_debug(fit)
 
-    translate = commands.add_parser("translate", help="translate stdin to stdout, one sentence a line")
+    translate = commands.add_parser(
+        "translate", help="translate one sentence a line: stdin to stdout as lines arrive, or --input to --output")
     translate.add_argument("--ckpt", type=Path, required=True, help="a checkpoint (.safetensors)")
+    translate.add_argument("--input", type=Path, default=None, help="read this file (default: stdin, line by line)")
+    translate.add_argument("--output", type=Path, default=None, help="write this file (default: stdout)")
+    translate.add_argument("--force", action="store_true", help="overwrite --output if it exists")
+    translate.add_argument("--nbest", type=int, default=0, metavar="K",
+                           help="the K best translations of each line, as LINE<TAB>SCORE<TAB>TEXT (K <= --beam)")
     _add_decoding(translate)
     _add_debug(translate)
 
@@ -92,7 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     average = commands.add_parser("average", help="average the last K checkpoints of a run (§6.1)")
     average.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    average.add_argument("--last", type=int, default=5, help="how many (base: 5, big: 20; §6.1)")
+    average.add_argument("--last", type=int, default=None,
+                         help="how many (default: the run's train.average_last; base 5, big 20, §6.1)")
     average.add_argument("--out", type=Path, default=None, help="default RUN_DIR/averaged_last<K>.safetensors")
     average.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     _add_debug(average)
@@ -102,6 +129,13 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--sentence", default=None,
                       help="source sentence for the attention heat-map (default: the first validation sentence)")
     _add_debug(plot)
+
+    tensorboard = commands.add_parser("export-tensorboard",
+                                      help="write RUN_DIR/metrics.jsonl as a TensorBoard event file")
+    tensorboard.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    tensorboard.add_argument("--out", type=Path, default=None, help="folder for the event file "
+                                                                     "(default RUN_DIR/tensorboard)")
+    _add_debug(tensorboard)
 
     doctor = commands.add_parser("doctor", help="versions, devices, and which backends work here")
     _add_debug(doctor)
@@ -172,7 +206,7 @@ def _dispatch(args) -> int:
             run_dir=getattr(args, "run_dir", Path("runs/demo")), overrides=getattr(args, "set", []),
             force=getattr(args, "force", False), progress=not getattr(args, "no_progress", False),
             config_path=DEMO_CONFIG)
-    return getattr(commands, args.command)(args)           # fit, translate, ..., doctor, ablate
+    return getattr(commands, args.command.replace("-", "_"))(args)  # fit, prepare, translate, ..., doctor, ablate
 
 
 if __name__ == "__main__":

@@ -98,7 +98,9 @@ class TrainConfig:
     ckpt_every: int = 1000  # updates between checkpoints
     ckpt_minutes: float = 0.0  # also checkpoint every this many minutes (0 = off; §6.1 used 10)
     keep_last: int = 5  # checkpoints kept on disk
+    keep_last_full: int = 1  # of those, the newest this many keep Adam's state (an exact resume); the rest weights only
     average_last: int = 5  # §6.1: average this many last checkpoints for the final model (base 5, big 20)
+    patience: int = 0  # stop after this many validations without a better validation BLEU (0 = never)
 
     def __post_init__(self):
         _choice("train.backend", self.backend, BACKENDS)
@@ -106,11 +108,16 @@ class TrainConfig:
         if self.threads < 0:
             raise InputError(f"train.threads must be 0 (library default) or positive, got {self.threads}")
         for name in ("max_tokens", "accum", "max_steps", "warmup_steps", "log_every",
-                     "ckpt_every", "keep_last", "average_last", "valid_beam"):
+                     "ckpt_every", "keep_last", "keep_last_full", "average_last", "valid_beam"):
             _positive(f"train.{name}", getattr(self, name))
         if self.average_last > self.keep_last:
             raise InputError(f"train.average_last ({self.average_last}) cannot exceed "
                              f"train.keep_last ({self.keep_last}): the older checkpoints are deleted")
+        if self.keep_last_full > self.keep_last:
+            raise InputError(f"train.keep_last_full ({self.keep_last_full}) cannot exceed "
+                             f"train.keep_last ({self.keep_last})")
+        if self.patience < 0:
+            raise InputError(f"train.patience must be 0 (never stop early) or positive, got {self.patience}")
 
 
 @dataclass(frozen=True)
@@ -151,7 +158,8 @@ TOKENIZER_OWNED = ("vocab_size", "pad_id", "unk_id", "bos_id", "eos_id")
 RESUMABLE_KEYS = frozenset({
     "name", "train.max_steps", "train.log_every", "train.valid_every", "train.valid_bleu_sentences",
     "train.valid_beam", "train.ckpt_every", "train.ckpt_minutes", "train.keep_last",
-    "train.average_last", "train.backend", "train.threads", "model.impl",
+    "train.average_last", "train.backend", "train.threads", "model.impl", "train.keep_last_full",
+    "train.patience",
 }) | {f"decode.{f.name}" for f in dataclasses.fields(DecodeConfig)}
 
 

@@ -118,3 +118,13 @@ def test_shipped_configs_load(name):
         assert c.train.average_last == (20 if big else 5)  # §6.1
         assert c.model.d_model == (1024 if big else 512)
         assert c.model.p_drop == (0.1 if name == "wmt14_en_fr_big" else 0.3 if big else 0.1)  # §6.1
+
+
+def test_keep_last_full_and_patience_are_checked_and_resumable():
+    from train.config import RESUMABLE_KEYS
+
+    with pytest.raises(InputError, match=r"train.keep_last_full \(6\) cannot exceed train.keep_last \(5\)"):
+        config_lib.apply_overrides(RunConfig(), ["train.keep_last_full=6"])
+    with pytest.raises(InputError, match="train.patience must be 0"):
+        config_lib.apply_overrides(RunConfig(), ["train.patience=-1"])
+    assert {"train.keep_last_full", "train.patience"} <= RESUMABLE_KEYS  # changing them does not change the math
