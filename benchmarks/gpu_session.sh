@@ -5,6 +5,9 @@
 #   bash benchmarks/gpu_session.sh step      # base step fp32/fp16 vs PyTorch, per-op profile (~4 min)
 #   bash benchmarks/gpu_session.sh multi30k [fp16|fp32]  # Multi30k run(s) + test BLEU (~4.5 min each;
 #                                                        # needs ../shared/data; one precision per call fits 10 min)
+#   bash benchmarks/gpu_session.sh dp        # issue #14: data-parallel tests (CPU ranks + NCCL on this GPU),
+#                                            # fit through NCCL world size 1 vs no communicator (<= 2%),
+#                                            # NCCL all-reduce, 1-8 GPU projection of the base step (~5 min)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu_out}
@@ -40,5 +43,14 @@ multi30k)
         | tee "$out/bleu_$precision.txt"
   done
   ;;
-*) echo "usage: $0 check|step|multi30k [fp16|fp32]" >&2; exit 2 ;;
+dp)
+  # Two NCCL ranks cannot share one GPU: multi-rank runs on CPU ranks (MPI), NCCL with one rank here.
+  python -c "import mpi4py" 2>/dev/null || pip install -q mpi4py mpich 2>&1 | tail -1
+  python -m pytest -q -p no:cacheprovider -rs tests/distributed 2>&1 | tail -8 | tee "$out/dp_tests.txt"
+  PYTHONPATH=. python benchmarks/bench_data_parallel.py --json "$out/dp_overhead.json" 2>&1 | tee "$out/dp_overhead.txt"
+  python -m train scale --backend cuda --link nvlink4 --link pcie5 --json > "$out/scale.json"
+  PYTHONPATH=. python -c "import json, sys; from train.scale import format_report; \
+print(format_report(json.load(open(sys.argv[1]))))" "$out/scale.json" | tee "$out/scale.txt"
+  ;;
+*) echo "usage: $0 check|step|multi30k [fp16|fp32]|dp" >&2; exit 2 ;;
 esac

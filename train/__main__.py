@@ -8,6 +8,7 @@
     python -m train average --last 5 RUN_DIR [--out PATH]          §6.1 checkpoint averaging
     python -m train plot RUN_DIR                                   PNG curves (+ attention heat-map)
     python -m train bench [--backend cpu|numpy|cuda] [--precision fp32|fp16]   one step, ours vs PyTorch
+    python -m train scale [--backend cpu|cuda] [--step-ms MS] [--link nvlink4|pcie5|GBPS]   1-8 GPU projection
     python -m train doctor                                         versions, devices, backends
 
 Problems with your input (files, configs, checkpoints) print one line,
@@ -120,6 +121,25 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true", help="print one JSON object (step_ms, tgt_tok_s, "
                                                             "peak_mem_bytes, peer_step_ms, ratio, ...)")
     _add_debug(bench)
+
+    scale = commands.add_parser("scale", help="project the step time and efficiency on 1-8 GPUs (data parallel)",
+                                description="Measure the single-device step and the all-reduce bandwidth here, "
+                                            "then project data-parallel training on 1-8 devices (train/scale.py).")
+    scale.add_argument("--backend", default="cpu", help="cpu (Numba), numpy or cuda (default cpu)")
+    scale.add_argument("--preset", choices=["cpu", "base"], default=None,
+                       help="the model whose step is measured (default: base with --backend cuda, cpu otherwise)")
+    scale.add_argument("--step-ms", type=float, default=None,
+                       help="use this single-device step time instead of measuring it (e.g. from `bench`)")
+    scale.add_argument("--batch", type=int, default=None, help="sentences per batch (default: the preset's)")
+    scale.add_argument("--link", action="append", default=[], metavar="NAME|GBPS",
+                       help="nvlink4, pcie5 or a bus bandwidth in GB/s (repeatable; default: measured + both presets)")
+    scale.add_argument("--bucket-mb", type=float, default=25.0, help="all-reduce bucket size (default 25; 0 = no overlap)")
+    scale.add_argument("--accum", type=int, default=1, help="micro-batches per update (default 1)")
+    scale.add_argument("--steps", type=int, default=3, help="timed steps when measuring (default 3)")
+    scale.add_argument("--allreduce-only", action="store_true",
+                       help="under mpiexec -n K: measure the all-reduce bandwidth between the K ranks and stop")
+    scale.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_debug(scale)
     return parser
 
 
@@ -154,7 +174,7 @@ def _dispatch(args) -> int:
             run_dir=getattr(args, "run_dir", Path("runs/demo")), overrides=getattr(args, "set", []),
             force=getattr(args, "force", False), progress=not getattr(args, "no_progress", False),
             config_path=DEMO_CONFIG)
-    return getattr(commands, args.command)(args)           # fit, translate, evaluate, average, plot, bench, doctor
+    return getattr(commands, args.command)(args)           # fit, translate, evaluate, average, plot, bench, scale, doctor
 
 
 if __name__ == "__main__":

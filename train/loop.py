@@ -17,6 +17,10 @@ dropout RNG state, so that stopping at step N and running again continues
 exactly as if the run had never stopped. Nothing in an existing run directory
 is overwritten unless `force=True` (which starts the run over).
 
+Many devices (README, "Many GPUs"): `fit(..., comm=)` trains data-parallel over the ranks
+of a train/distributed.py communicator; every rank takes its share of each update
+(batching.shard), rank 0 alone writes, logs and validates.
+
 Faults (tests/test_reliability.py): SIGINT/SIGTERM finish the current update,
 write a checkpoint and return (FitResult.stopped says why); a non-finite loss
 or gradient in fp32 raises DivergedError before the optimizer step, so the
@@ -41,12 +45,14 @@ from tqdm import tqdm
 import minitensor as mt
 from minitensor.optim import Adam, NoamSchedule
 from train import checkpointing, config as config_lib
-from train.batching import epoch_batches
+from train.batching import epoch_batches, shard
 from train.checkpointing import Progress, TrainState
 from train.config import RunConfig
+from train.distributed import Silent, SingleProcess, agree_on_signal, rank_zero_first
 from train.errors import InputError
 from train.evaluate import corpus_scores
 from train.faults import StopSignals, raise_diverged
+from train.grad_sync import GradSync
 from train.loss_scaler import DynamicLossScaler
 from train.metrics import MetricsWriter, mfu, peak_tflops, train_flops
 from train.prepare import Prepared, corpus_batch, make_model_inputs, prepare, split_batches
@@ -204,19 +210,23 @@ def _next_batches(prepared: Prepared, progress: Progress, seed: int, count: int)
 
 
 def fit(run_config: RunConfig, run_dir: str | Path, force: bool = False, reset_optimizer: bool = False,
-        progress: bool = True) -> FitResult:
+        progress: bool = True, comm=None) -> FitResult:
     """Train `run_config` in `run_dir` to train.max_steps, resuming from the latest valid checkpoint.
 
     Raises InputError for problems with the config, the data or the run directory
     (checked before anything is written), CheckpointError for an unusable checkpoint.
+    `comm` (train/distributed.py; default one process): data-parallel training over its ranks.
+    Rank 0 alone writes the run directory, logs, validates and checkpoints; the others read
+    what it prepared and train their share of every update (README, "Many GPUs").
     """
+    comm = SingleProcess() if comm is None else comm
     run_dir = Path(run_dir)
     backend = _backend_name(run_config)
-    resuming = prepare_run_dir(run_config, run_dir, force)
+    resuming = prepare_run_dir(run_config, run_dir, force) if comm.rank == 0 else None
     with cpu_threads(run_config.train.threads) as threads:
-        if threads:
+        if threads and comm.rank == 0:
             print(f"CPU threads: {', '.join(threads)}", flush=True)
-        return _train(run_config, run_dir, backend, resuming, reset_optimizer, progress)
+        return _train(run_config, run_dir, backend, resuming, reset_optimizer, progress, comm)
 
 
 def _start(run_config: RunConfig, run_dir: Path, backend: str, reset_optimizer: bool,
@@ -244,11 +254,18 @@ def _start(run_config: RunConfig, run_dir: Path, backend: str, reset_optimizer: 
 
 
 def _train(run_config: RunConfig, run_dir: Path, backend: str, resuming: bool, reset_optimizer: bool,
-           progress: bool) -> FitResult:
+           progress: bool, comm) -> FitResult:
     train = run_config.train
-    say = Logger(None)
+    main = comm.rank == 0                      # rank 0 alone logs, validates and writes
+    say = Logger(None) if main else Silent()
     say(f"{'resuming' if resuming else 'starting'} run {run_config.name!r} in {run_dir}")
-    state, prepared = _start(run_config, run_dir, backend, reset_optimizer, say)
+    with rank_zero_first(comm):                # rank 0 prepares the data; the other ranks then read it
+        state, prepared = _start(run_config, run_dir, backend, reset_optimizer, say)
+    sync = GradSync(state.optimizer, comm, train.bucket_mb)
+    sync.broadcast_parameters()                # every rank starts from rank 0's weights
+    if comm.world_size > 1:
+        ranks = comm.describe()                # collective: every rank takes part
+        say(f"data parallel over {comm.world_size} ranks, {train.accum} batches each per update; {ranks}")
     model, at = state.model, state.progress
     loss_fn = LabelSmoothingLoss(model.config.eps_ls, model.config.pad_id, model.config.impl)  # §5.4
     result = FitResult(run_dir, model, state.tokenizer, prepared, at, list_checkpoints(run_dir))
@@ -256,26 +273,29 @@ def _train(run_config: RunConfig, run_dir: Path, backend: str, resuming: bool, r
         say(f"already trained to step {at.step} (train.max_steps = {train.max_steps}); nothing to do")
         return result
 
-    metrics = MetricsWriter(run_dir / "metrics.jsonl")
+    metrics = MetricsWriter(run_dir / "metrics.jsonl") if main else Silent()
     if at.step > 0:
         metrics.write("resume", at.step, checkpoint=list_checkpoints(run_dir)[-1].name)
     device = "cpu" if model.backend.device == "cpu" else _gpu_name()
     peak, _ = peak_tflops(device, train.precision)
     bar = tqdm(total=train.max_steps, initial=at.step, unit="step", dynamic_ncols=True,
-               disable=not (progress and sys.stderr.isatty()))
-    say = Logger(bar)
+               disable=not (progress and main and sys.stderr.isatty()))
+    say = Logger(bar) if main else Silent()
     window = _Window()
     last_ckpt_time = time.perf_counter()
+    first_step = at.step
     try:
         with StopSignals() as stop:
             model.train()
             while at.step < train.max_steps:
                 t0 = time.perf_counter()
-                batches = [corpus_batch(prepared.train, b)
-                           for b in _next_batches(prepared, at, train.seed, train.accum)]
+                update = _next_batches(prepared, at, train.seed, train.accum * comm.world_size)
+                batches = [corpus_batch(prepared.train, b) for b in shard(update, comm.rank, comm.world_size)]
                 log_now = (at.step + 1) % train.log_every == 0
                 stats = train_step(model, batches, state.optimizer, loss_fn, state.scaler, train.clip_norm,
-                                   measure_grad_norm=log_now)
+                                   measure_grad_norm=log_now, sync=sync, rng=state.rng)
+                if train.check_replicas and at.step == first_step:
+                    sync.check_replicas()      # debug: every rank holds rank 0's weights after the first update
                 if not stats.finite and state.scaler is None:  # fp32: the run diverged; stop before it spreads
                     raise_diverged(model, stats.loss_sum, at.step + 1, run_dir)
                 at.step += 1
@@ -291,19 +311,22 @@ def _train(run_config: RunConfig, run_dir: Path, backend: str, resuming: bool, r
                                     tok_s=f"{record['tgt_tokens_per_s']:.0f}")
                     say(_format_train(at.step, record))
                     window = _Window()
-                if train.valid_every and at.step % train.valid_every == 0 and at.step < train.max_steps:
+                if main and train.valid_every and at.step % train.valid_every == 0 and at.step < train.max_steps:
                     result.last_valid = _run_validation(model, loss_fn, prepared, run_config, at, metrics, say)
+                stopping = agree_on_signal(comm, stop.received)   # all ranks stop after the same update
                 minutes_due = train.ckpt_minutes > 0 and time.perf_counter() - last_ckpt_time >= 60 * train.ckpt_minutes
-                if at.step % train.ckpt_every == 0 or minutes_due or at.step == train.max_steps or stop.received:
+                if main and (at.step % train.ckpt_every == 0 or minutes_due or at.step == train.max_steps or stopping):
                     saved = checkpointing.save(run_dir, state)
                     last_ckpt_time = time.perf_counter()
-                if stop.received:  # SIGINT/SIGTERM: the update is done and saved
-                    result.stopped = stop.received
-                    say(f"{stop.received}: stopped after step {at.step}, checkpoint {saved.name} written; "
-                        f"run the same command again to resume")
+                if stopping:  # SIGINT/SIGTERM: the update is done and saved
+                    result.stopped = stopping
+                    if main:
+                        say(f"{stopping}: stopped after step {at.step}, checkpoint {saved.name} written; "
+                            f"run the same command again to resume")
                     break
             else:
-                result.last_valid = _run_validation(model, loss_fn, prepared, run_config, at, metrics, say)
+                if main:
+                    result.last_valid = _run_validation(model, loss_fn, prepared, run_config, at, metrics, say)
     except KeyboardInterrupt:
         say(f"interrupted at step {at.step}; run the same command again to resume from the last checkpoint")
         raise

@@ -15,7 +15,7 @@ from transformer.model import Transformer
 from transformer.checkpoint import save_model
 
 ROOT = Path(__file__).resolve().parents[2]
-COMMANDS = ["demo", "fit", "translate", "evaluate", "average", "plot", "doctor", "bench"]
+COMMANDS = ["demo", "fit", "translate", "evaluate", "average", "plot", "doctor", "bench", "scale"]
 
 
 def run_cli(*args: str, stdin: bytes = b"", cwd: Path = ROOT) -> subprocess.CompletedProcess:
