@@ -118,6 +118,7 @@ class Mpi:
 
     def abort(self, code: int = 1) -> None:
         self.comm.Abort(code)
+        os._exit(code)             # MPI_Abort may return while the launcher ends the job: never carry on
 
     def describe(self) -> str:
         where = self.comm.allgather((os.getpid(), self.MPI.Get_processor_name(), self.local_rank))

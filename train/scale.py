@@ -230,7 +230,7 @@ def format_report(r: dict) -> str:
     lines.append(f"projected wall time of the paper's runs on 8 devices (§5.2; paper: base 12 h, big 3.5 days on 8 P100), "
                  f"the step scaled by FLOPs from the one above; each update holds 8 × {r['tgt_tokens_per_device']:,} "
                  f"target tokens, {8 * r['tgt_tokens_per_device'] / PAPER_TOKENS_PER_STEP:.2g}× the paper's ~25,000, "
-                 f"so also: the paper's tokens in fewer updates")
+                 f"so also the time to train on the paper's number of tokens")
     for name, run_ in r["paper_runs"].items():
         lines.append(f"  {name:4s} {run_['steps']:>7,} steps, {run_['parameters'] / 1e6:.0f}M parameters, "
                      f"{run_['step_1_device_ms']:.0f} ms/step on one device:")

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -133,3 +134,27 @@ def test_scale_measures_the_allreduce_between_two_local_ranks():
     assert link is not None and "measured here" in link.name, note
     assert link.bus_gbps > 0 and link.latency_us > 0
     assert note.startswith("MPI all-reduce between 2 local ranks")
+
+
+def test_a_signal_to_one_rank_stops_every_rank_after_the_same_update(tmp_path):
+    """Signals reach ranks at different moments; here only rank 1 gets SIGTERM. All ranks must stop after
+    the same update (or the others would wait for it forever), rank 0 writing the checkpoint."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, "-m", "train",
+                             *fit_args(run_dir, "train.accum=1", "train.max_steps=100000")],
+                            cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    try:
+        for line in proc.stdout:                          # wait until rank 0 reports its peers and a first update
+            lines.append(line)
+            if line.startswith("step ") and any("1 pid " in seen for seen in lines):
+                break
+        rank1 = int(re.search(r"1 pid (\d+) on ", "".join(lines)).group(1))
+        os.kill(rank1, signal.SIGTERM)
+        output = "".join(lines) + proc.communicate(timeout=300)[0]
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, output[-3000:]
+    stopped = re.search(r"SIGTERM: stopped after step (\d+), checkpoint (ckpt_\d+\.safetensors) written", output)
+    assert stopped, output[-3000:]
+    assert (run_dir / stopped.group(2)).is_file() and int(stopped.group(1)) >= 1
