@@ -9,6 +9,9 @@
 #       2,000 steps, STEPS=...; est. 20-25 min) or the recipe grid (10 runs x 3,000); repeat the call until it
 #       prints "grid complete". Each call resumes the grid; <grid>_state.tar in $OUT, carried back as
 #       .device_data/<grid>_state.tar, lets a cold machine skip the finished variants.
+#   bash benchmarks/gpu_session.sh dp        # issue #14: data-parallel tests (CPU ranks + NCCL on this GPU),
+#                                            # fit through NCCL world size 1 vs no communicator (<= 2%),
+#                                            # NCCL all-reduce, 1-8 GPU projection of the base step (~5 min)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu_out}
@@ -68,5 +71,14 @@ ablate)
   if [ -f "$dir/$grid.csv" ] && ! grep -q ',pending,' "$dir/$grid.csv"; then echo "grid complete"
   else echo "grid not complete: run the same call again"; fi
   ;;
-*) echo "usage: $0 check|step|multi30k [fp16|fp32]|ablate [table3|recipe]" >&2; exit 2 ;;
+dp)
+  # Two NCCL ranks cannot share one GPU: multi-rank runs on CPU ranks (MPI), NCCL with one rank here.
+  python -c "import mpi4py" 2>/dev/null || pip install -q mpi4py mpich 2>&1 | tail -1
+  python -m pytest -q -p no:cacheprovider -rs tests/distributed 2>&1 | tail -8 | tee "$out/dp_tests.txt"
+  PYTHONPATH=. python benchmarks/bench_data_parallel.py --json "$out/dp_overhead.json" 2>&1 | tee "$out/dp_overhead.txt"
+  python -m train scale --backend cuda --link nvlink4 --link pcie5 --json > "$out/scale.json"
+  PYTHONPATH=. python -c "import json, sys; from train.scale import format_report; \
+print(format_report(json.load(open(sys.argv[1]))))" "$out/scale.json" | tee "$out/scale.txt"
+  ;;
+*) echo "usage: $0 check|step|multi30k [fp16|fp32]|ablate [table3|recipe]|dp" >&2; exit 2 ;;
 esac

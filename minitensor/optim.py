@@ -104,7 +104,7 @@ class Adam(Optimizer):
         self.m = xp.zeros(self.offsets[-1], dtype=self.dtype)
         self.v = xp.zeros(self.offsets[-1], dtype=self.dtype)
         self.views = [None] * len(self.params)
-        self._flat_grad = None
+        self._flat_grad, self._gathered = None, []
         self._adopt_parameters()
 
     def _slice(self, buffer, i):
@@ -118,22 +118,43 @@ class Adam(Optimizer):
                 view[...] = p.data
                 p.data = self.views[i] = view
 
-    def gather_grads(self):
+    def gather_grads(self, first: int = 0, last: int | None = None):
         """Every gradient in one flat array of the parameters' dtype, laid out like them (zeros where missing).
 
-        One concatenation per step, done on the first call after `zero_grad()`: the loss
-        scaler, the finiteness check and clipping then work in place on this one array
-        (one kernel each instead of one per parameter), and `step()` uses it as it finds it.
+        Copies the gradients of parameters [first, last) (all by default) that are not in it
+        yet, once per step (after `zero_grad()`), and returns the whole array: the loss scaler,
+        the finiteness check and clipping then work in place on this one array (one kernel
+        each instead of one per parameter), and `step()` uses it as it finds it. A
+        data-parallel trainer gathers contiguous ranges as their gradients become final and
+        all-reduces each range in place.
         """
+        xp = self.backend.xp
         if self._flat_grad is None:
-            xp = self.backend.xp
-            grads = [(xp.zeros(p.size, self.dtype) if p.grad is None else p.grad.reshape(-1)) for p in self.params]
-            self._flat_grad = xp.concatenate(grads).astype(self.dtype, copy=False)
+            self._flat_grad = xp.empty(self.offsets[-1], dtype=self.dtype)
+            self._gathered = [False] * len(self.params)
+        last = len(self.params) if last is None else last
+        i = first
+        while i < last:
+            if self._gathered[i]:
+                i += 1
+                continue
+            j = i
+            while j < last and not self._gathered[j]:  # a run of parameters not gathered yet: one concatenation
+                j += 1
+            grads = [(xp.zeros(p.size, self.dtype) if p.grad is None else p.grad.reshape(-1)) for p in self.params[i:j]]
+            xp.concatenate(grads, out=self._flat_grad[self.offsets[i]:self.offsets[j]])
+            self._gathered[i:j] = [True] * (j - i)
+            i = j
         return self._flat_grad
 
     def zero_grad(self) -> None:
         super().zero_grad()
         self._flat_grad = None
+
+    def flat_parameters(self):
+        """The one flat buffer every parameter is a view of (what a data-parallel start broadcasts)."""
+        self._adopt_parameters()
+        return self.flat
 
     def step(self) -> None:
         self.step_count += 1

@@ -11,6 +11,7 @@
     python -m train plot RUN_DIR                                   PNG curves (+ attention heat-map)
     python -m train export-tensorboard RUN_DIR                     metrics.jsonl as TensorBoard scalars
     python -m train bench [--backend cpu|numpy|cuda] [--precision fp32|fp16]   one step, ours vs PyTorch
+    python -m train scale [--backend cpu|cuda] [--step-ms MS] [--link nvlink4|pcie5|GBPS]   1-8 GPU projection
     python -m train doctor                                         versions, devices, backends
     python -m train ablate --grid table3 --config configs/X.toml [--rows A,D] [--steps N] [--list]
                                                                    Table 3's variations, ours beside the paper
@@ -172,6 +173,24 @@ def build_parser() -> argparse.ArgumentParser:
     ablate.add_argument("--backend", default=None, help="numpy, numba, cupy, cpu or cuda (overrides train.backend)")
     ablate.add_argument("--no-progress", action="store_true", help="no progress bars")
     _add_debug(ablate)
+    scale = commands.add_parser("scale", help="project the step time and efficiency on 1-8 GPUs (data parallel)",
+                                description="Measure the single-device step and the all-reduce bandwidth here, "
+                                            "then project data-parallel training on 1-8 devices (train/scale.py).")
+    scale.add_argument("--backend", default="cpu", help="cpu (Numba), numpy or cuda (default cpu)")
+    scale.add_argument("--preset", choices=["cpu", "base"], default=None,
+                       help="the model whose step is measured (default: base with --backend cuda, cpu otherwise)")
+    scale.add_argument("--step-ms", type=float, default=None,
+                       help="use this single-device step time instead of measuring it (e.g. from `bench`)")
+    scale.add_argument("--batch", type=int, default=None, help="sentences per batch (default: the preset's)")
+    scale.add_argument("--link", action="append", default=[], metavar="NAME|GBPS",
+                       help="nvlink4, pcie5 or a bus bandwidth in GB/s (repeatable; default: measured + both presets)")
+    scale.add_argument("--bucket-mb", type=float, default=25.0, help="all-reduce bucket size (default 25; 0 = no overlap)")
+    scale.add_argument("--accum", type=int, default=1, help="micro-batches per update (default 1)")
+    scale.add_argument("--steps", type=int, default=3, help="timed steps when measuring (default 3)")
+    scale.add_argument("--allreduce-only", action="store_true",
+                       help="under mpiexec -n K: measure the all-reduce bandwidth between the K ranks and stop")
+    scale.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_debug(scale)
     return parser
 
 
@@ -206,7 +225,7 @@ def _dispatch(args) -> int:
             run_dir=getattr(args, "run_dir", Path("runs/demo")), overrides=getattr(args, "set", []),
             force=getattr(args, "force", False), progress=not getattr(args, "no_progress", False),
             config_path=DEMO_CONFIG)
-    return getattr(commands, args.command.replace("-", "_"))(args)  # fit, prepare, translate, ..., doctor, ablate
+    return getattr(commands, args.command.replace("-", "_"))(args)  # fit, prepare, translate, ..., ablate, scale
 
 
 if __name__ == "__main__":

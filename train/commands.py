@@ -19,11 +19,12 @@ from train.data import iter_lines, iter_parallel, write_atomic
 from train.errors import InputError
 from train.evaluate import corpus_scores
 from train.threads import cpu_threads
-from transformer.checkpoint import list_checkpoints
+from transformer.checkpoint import CheckpointError, list_checkpoints
 
 
 def fit(args) -> int:
     """Train or resume; 0 when done or stopped by SIGINT/SIGTERM (resumable), 3 when the run diverged."""
+    from train import distributed
     from train.faults import DivergedError
     from train.loop import fit as run_fit
     from train.loss_scaler import LossScaleOverflowError
@@ -32,14 +33,19 @@ def fit(args) -> int:
                  + ([f"train.patience={args.patience}"] if args.patience is not None else []))
     run_config = config_lib.load(args.config, overrides)
     run_dir = args.run_dir if args.run_dir is not None else Path("runs") / run_config.name
+    comm = distributed.from_launcher(run_config.train.backend)  # under mpiexec: one rank per device
+    exit_codes = {InputError: 2, CheckpointError: 2, DivergedError: 3, LossScaleOverflowError: 3, KeyboardInterrupt: 130}
     try:
-        result = run_fit(run_config, run_dir, force=args.force, reset_optimizer=args.reset_optimizer,
-                         progress=not args.no_progress, data_dir=args.data_dir)
+        with distributed.abort_on_error(comm, exit_codes):  # many ranks: a failure anywhere ends the job
+            result = run_fit(run_config, run_dir, force=args.force, reset_optimizer=args.reset_optimizer,
+                             progress=not args.no_progress, data_dir=args.data_dir, comm=comm)
     except (DivergedError, LossScaleOverflowError) as err:  # the run, not the input: exit status 3
         if args.debug:
             raise
         print(f"error: {err}", file=sys.stderr)
         return 3
+    if comm.rank != 0:
+        return 0
     if result.stopped == "early stopping":
         print(f"stopped early at step {result.progress.step}: the best validation is step "
               f"{result.progress.best_step}, in {run_dir / checkpointing.BEST_FILE}")
@@ -251,6 +257,31 @@ def bench(args) -> int:
     return 0
 
 
+def scale(args) -> int:
+    """Project data-parallel training on 1-8 devices from a measured step and all-reduce (train/scale.py)."""
+    from train import scale as scale_lib
+
+    if args.allreduce_only:
+        scale_lib.allreduce_only(args.backend, args.json)
+        return 0
+    for link in args.link:
+        if link not in scale_lib.LINKS and not _is_positive_number(link):
+            raise InputError(f"--link must be one of {', '.join(scale_lib.LINKS)} or a bus bandwidth in GB/s, got {link!r}")
+    if args.accum < 1 or args.bucket_mb < 0 or (args.step_ms is not None and args.step_ms <= 0):
+        raise InputError("--accum must be at least 1, --bucket-mb 0 or more and --step-ms positive")
+    preset = args.preset or ("base" if args.backend in ("cuda", "cupy", "gpu") else "cpu")
+    scale_lib.run(preset, args.backend, args.step_ms, args.batch, args.link, args.bucket_mb, args.accum,
+                  args.steps, args.json)
+    return 0
+
+
+def _is_positive_number(text: str) -> bool:
+    try:
+        return float(text) > 0
+    except ValueError:
+        return False
+
+
 def doctor(args) -> int:
     """Versions, devices, and which backends work here (train/doctor.py)."""
     from train.doctor import report
@@ -267,4 +298,4 @@ def ablate(args) -> int:
 
 
 __all__ = ["fit", "prepare", "translate", "evaluate", "average", "export_tensorboard", "plot", "demo", "bench",
-           "doctor", "ablate"]
+           "doctor", "ablate", "scale"]

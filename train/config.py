@@ -101,9 +101,13 @@ class TrainConfig:
     keep_last_full: int = 1  # of those, the newest this many keep Adam's state (an exact resume); the rest weights only
     average_last: int = 5  # §6.1: average this many last checkpoints for the final model (base 5, big 20)
     patience: int = 0  # stop after this many validations without a better validation BLEU (0 = never)
+    bucket_mb: float = 25.0  # many GPUs: all-reduce gradients in buckets of this many MB during backward (0 = after it)
+    check_replicas: bool = False  # many GPUs, debug: check that every rank holds the same weights after the first update
 
     def __post_init__(self):
         _choice("train.backend", self.backend, BACKENDS)
+        if self.bucket_mb < 0:
+            raise InputError(f"train.bucket_mb must be 0 (no overlap) or positive, got {self.bucket_mb}")
         _choice("train.precision", self.precision, PRECISIONS)
         if self.threads < 0:
             raise InputError(f"train.threads must be 0 (library default) or positive, got {self.threads}")
@@ -159,7 +163,8 @@ RESUMABLE_KEYS = frozenset({
     "name", "train.max_steps", "train.log_every", "train.valid_every", "train.valid_bleu_sentences",
     "train.valid_beam", "train.ckpt_every", "train.ckpt_minutes", "train.keep_last",
     "train.average_last", "train.backend", "train.threads", "model.impl", "train.keep_last_full",
-    "train.patience",
+    "train.patience", "train.bucket_mb", "train.check_replicas",
+    "train.accum",  # with another number of ranks, keep ranks x accum (the batches per update) the same
 }) | {f"decode.{f.name}" for f in dataclasses.fields(DecodeConfig)}
 
 

@@ -19,6 +19,10 @@ continues exactly as if the run had never stopped. Nothing in an existing run di
 is overwritten unless `force=True` (which starts the run over, deleting only this
 tool's files), and one process at a time trains in it (train/run_dir.py).
 
+Many devices (README, "Many GPUs"): `fit(..., comm=)` trains data-parallel over the ranks
+of a train/distributed.py communicator; every rank takes its share of each update
+(batching.shard), rank 0 alone writes, logs and validates.
+
 Faults (tests/test_reliability.py): SIGINT/SIGTERM finish the current update,
 write a checkpoint and return (FitResult.stopped says why); a non-finite loss
 or gradient in fp32 raises DivergedError before the optimizer step, so the
@@ -29,6 +33,7 @@ after that many validations without a better BLEU (FitResult.stopped = "early st
 Shapes: B pairs in a batch, S source length, T target length, V vocab.
 """
 
+import contextlib
 import math
 import sys
 import time
@@ -41,12 +46,14 @@ from tqdm import tqdm
 import minitensor as mt
 from minitensor.optim import Adam, NoamSchedule
 from train import checkpointing
-from train.batching import epoch_batches
+from train.batching import epoch_batches, shard
 from train.checkpointing import Progress, TrainState
 from train.config import RunConfig
+from train.distributed import Silent, SingleProcess, agree, agree_on_signal, rank_zero_first
 from train.errors import InputError
 from train.evaluate import corpus_scores
 from train.faults import StopSignals, raise_diverged
+from train.grad_sync import GradSync
 from train.loss_scaler import DynamicLossScaler
 from train.metrics import MetricsWriter, mfu, peak_tflops, train_flops
 from train.prepare import Prepared, corpus_batch, make_model_inputs, prepare, split_batches
@@ -136,31 +143,40 @@ def _next_batches(prepared: Prepared, progress: Progress, seed: int, count: int)
 
 
 def fit(run_config: RunConfig, run_dir: str | Path, force: bool = False, reset_optimizer: bool = False,
-        progress: bool = True, data_dir: str | Path | None = None) -> FitResult:
+        progress: bool = True, data_dir: str | Path | None = None, comm=None) -> FitResult:
     """Train `run_config` in `run_dir` to train.max_steps, resuming from the latest valid checkpoint.
 
     The prepared data lives in `data_dir` (default: `prepared/` beside the run directory).
     Raises InputError for problems with the config, the data or the run directory
     (checked before anything is written), CheckpointError for an unusable checkpoint.
+    `comm` (train/distributed.py; default one process): data-parallel training over its ranks.
+    Rank 0 alone writes the run directory, logs, validates and checkpoints; the others read
+    what it prepared and train their share of every update (README, "Many GPUs").
     """
+    comm = SingleProcess() if comm is None else comm
     run_dir = Path(run_dir)
     backend = _backend_name(run_config)
-    open_run_dir(run_dir)
-    with RunLock(run_dir):
-        resuming = start_run(run_config, run_dir, force)
+    main = comm.rank == 0                      # rank 0 alone owns the run directory
+    if main:
+        open_run_dir(run_dir)
+    with RunLock(run_dir) if main else contextlib.nullcontext():
+        resuming = start_run(run_config, run_dir, force) if main else None
         with cpu_threads(run_config.train.threads) as threads:
-            if threads:
+            if threads and main:
                 print(f"CPU threads: {', '.join(threads)}", flush=True)
-            return _train(run_config, run_dir, backend, resuming, reset_optimizer, progress, data_dir)
+            return _train(run_config, run_dir, backend, resuming, reset_optimizer, progress, data_dir, comm)
 
 
 def _start(run_config: RunConfig, run_dir: Path, backend: str, reset_optimizer: bool, say, progress: bool,
-           data_dir) -> tuple[TrainState, Prepared, Path | None]:
-    """The model, optimizer (§5.3), schedule (Eq. (3)) and data state, fresh or restored from a checkpoint."""
+           data_dir, verify_data: bool = False) -> tuple[TrainState, Prepared, Path | None]:
+    """The model, optimizer (§5.3), schedule (Eq. (3)) and data state, fresh or restored from a checkpoint.
+
+    `verify_data`: only check the run's record of its prepared data (ranks other than 0 read, never write).
+    """
     train = run_config.train
     show_bars = progress and sys.stderr.isatty()
-    prepared = prepare(run_config, run_dir, data_dir, resuming=bool(list_checkpoints(run_dir)), log=say,
-                       progress=show_bars)
+    prepared = prepare(run_config, run_dir, data_dir, resuming=verify_data or bool(list_checkpoints(run_dir)),
+                       log=say, progress=show_bars)
     model_config = run_config.model.replace(vocab_size=prepared.tokenizer.vocab_size)
     rng = np.random.default_rng(train.seed)  # model init and every dropout mask (§5.4)
     model = Transformer(model_config, rng, backend=backend, precision=train.precision)
@@ -186,11 +202,19 @@ def logged_step(step: int, log_every: int) -> bool:
 
 
 def _train(run_config: RunConfig, run_dir: Path, backend: str, resuming: bool, reset_optimizer: bool,
-           progress: bool, data_dir) -> FitResult:
+           progress: bool, data_dir, comm) -> FitResult:
     train = run_config.train
-    say = Logger(None)
+    main = comm.rank == 0                      # rank 0 alone logs, validates and writes
+    say = Logger(None) if main else Silent()
     say(f"{'resuming' if resuming else 'starting'} run {run_config.name!r} in {run_dir}")
-    state, prepared, resumed = _start(run_config, run_dir, backend, reset_optimizer, say, progress, data_dir)
+    with rank_zero_first(comm):                # rank 0 prepares the data; the other ranks then read it
+        state, prepared, resumed = _start(run_config, run_dir, backend, reset_optimizer, say, progress and main,
+                                          data_dir, verify_data=not main)
+    sync = GradSync(state.optimizer, comm, train.bucket_mb)
+    sync.broadcast_parameters()                # every rank starts from rank 0's weights
+    if comm.world_size > 1:
+        ranks = comm.describe()                # collective: every rank takes part
+        say(f"data parallel over {comm.world_size} ranks, {train.accum} batches each per update; {ranks}")
     model, at = state.model, state.progress
     loss_fn = LabelSmoothingLoss(model.config.eps_ls, model.config.pad_id, model.config.impl)  # §5.4
     result = FitResult(run_dir, model, state.tokenizer, prepared, at, list_checkpoints(run_dir))
@@ -203,26 +227,29 @@ def _train(run_config: RunConfig, run_dir: Path, backend: str, resuming: bool, r
             f"train.patience = {train.patience}); nothing to do")
         return result
 
-    metrics = MetricsWriter(run_dir / "metrics.jsonl")
+    metrics = MetricsWriter(run_dir / "metrics.jsonl") if main else Silent()
     if at.step > 0:
         metrics.write("resume", at.step, checkpoint=resumed.name)
     device = "cpu" if model.backend.device == "cpu" else _gpu_name()
     peak, _ = peak_tflops(device, train.precision)
     bar = tqdm(total=train.max_steps, initial=at.step, unit="step", dynamic_ncols=True,
-               disable=not (progress and sys.stderr.isatty()))
-    say = Logger(bar)
+               disable=not (progress and main and sys.stderr.isatty()))
+    say = Logger(bar) if main else Silent()
     window = _Window()
     last_ckpt_time = time.perf_counter()
+    first_step = at.step
     try:
         with StopSignals() as stop:
             model.train()
             while at.step < train.max_steps:
                 t0 = time.perf_counter()
-                batches = [corpus_batch(prepared.train, b)
-                           for b in _next_batches(prepared, at, train.seed, train.accum)]
+                update = _next_batches(prepared, at, train.seed, train.accum * comm.world_size)
+                batches = [corpus_batch(prepared.train, b) for b in shard(update, comm.rank, comm.world_size)]
                 log_now = logged_step(at.step + 1, train.log_every)
                 stats = train_step(model, batches, state.optimizer, loss_fn, state.scaler, train.clip_norm,
-                                   measure_grad_norm=log_now)
+                                   measure_grad_norm=log_now, sync=sync, rng=state.rng)
+                if train.check_replicas and at.step == first_step:
+                    sync.check_replicas()      # debug: every rank holds rank 0's weights after the first update
                 if not stats.finite and state.scaler is None:  # fp32: the run diverged; stop before it spreads
                     raise_diverged(model, stats.loss_sum, at.step + 1, run_dir)
                 at.step += 1
@@ -240,18 +267,22 @@ def _train(run_config: RunConfig, run_dir: Path, backend: str, resuming: bool, r
                     window = _Window()
                 early_stop = False
                 if (train.valid_every and at.step % train.valid_every == 0) or at.step == train.max_steps:
-                    result.last_valid = _run_validation(model, loss_fn, prepared, run_config, state, run_dir,
-                                                        metrics, say)
-                    early_stop = bool(train.patience) and at.bad_validations >= train.patience
+                    if main:
+                        result.last_valid = _run_validation(model, loss_fn, prepared, run_config, state, run_dir,
+                                                            metrics, say)
+                        early_stop = bool(train.patience) and at.bad_validations >= train.patience
+                    early_stop = agree(comm, early_stop)   # rank 0 decides; every rank stops with it
+                stopping = agree_on_signal(comm, stop.received)   # all ranks stop after the same update
                 minutes_due = train.ckpt_minutes > 0 and time.perf_counter() - last_ckpt_time >= 60 * train.ckpt_minutes
-                if (at.step % train.ckpt_every == 0 or minutes_due or at.step == train.max_steps or stop.received
-                        or early_stop):
+                if main and (at.step % train.ckpt_every == 0 or minutes_due or at.step == train.max_steps or stopping
+                             or early_stop):
                     saved = checkpointing.save(run_dir, state)
                     last_ckpt_time = time.perf_counter()
-                if stop.received:  # SIGINT/SIGTERM: the update is done and saved
-                    result.stopped = stop.received
-                    say(f"{stop.received}: stopped after step {at.step}, checkpoint {saved.name} written; "
-                        f"run the same command again to resume")
+                if stopping:  # SIGINT/SIGTERM: the update is done and saved
+                    result.stopped = stopping
+                    if main:
+                        say(f"{stopping}: stopped after step {at.step}, checkpoint {saved.name} written; "
+                            f"run the same command again to resume")
                     break
                 if early_stop:
                     result.stopped = "early stopping"
