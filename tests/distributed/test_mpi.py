@@ -97,8 +97,9 @@ def test_fit_on_two_ranks_checkpoints_and_resumes_like_one_process(tmp_path):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert "restored ckpt_00000003" in done.stdout
 
-    one = tmp_path / "one"
-    _fit_one_process(one, "train.accum=2", "train.max_steps=6")      # 2 ranks x 1 batch = 1 process x 2 batches
+    one = tmp_path / "one"                                             # 2 ranks x 1 batch = 1 process x 2 batches,
+    _fit_one_process(one, "train.accum=2", "train.max_steps=3")      # stopped at 3 as well (its final validation
+    _fit_one_process(one, "train.accum=2", "train.max_steps=6")      # at step 3 is in the progress too)
     for name in ("ckpt_00000003.safetensors", "ckpt_00000006.safetensors"):
         _assert_same_checkpoint(two / name, one / name)
     steps = [r["step"] for r in read_metrics(two / "metrics.jsonl", "train")]
