@@ -30,6 +30,6 @@ def is_post_norm(connection, d_model: int) -> bool:
 
 
 PREDICT = """Exercise 1. Post-norm: √D ≈ 4.0 for D = 16, as for inputs of scale 1: every sub-layer output is
-LayerNorm'd, so the input's scale is forgotten after the first sub-layer. Pre-norm: about 100·‖x‖ ≈ 100 × 12.6,
+LayerNorm'd, so the input's scale is forgotten after the first sub-layer. Pre-norm: about 100·‖x‖ ≈ 100 × 12.2 ≈ 1,220,
 the input itself: it rides the residual stream untouched, and each sub-layer adds only an O(√D) vector
 computed from the *normalised* stream, tiny next to it (the stack's final LayerNorm rescales at the end)."""

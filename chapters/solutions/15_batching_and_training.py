@@ -30,3 +30,10 @@ def offset_is_right(tgt_in, tgt_out, bos, eos, pad) -> bool:
         if not np.array_equal(row_in[1:n], row_out[:n - 1]) or eos in row_in[:n] or bos in row_out[:n]:
             return False
     return True
+
+
+PREDICT = """Exercise 1. About half as many batches: with the --fast data, 38 at 1024 tokens and 19 at 2048 (the
+budget caps B·max(length), and the lengths did not change). Padding efficiency goes slightly *down*
+(source 0.97 -> 0.96, target 0.94 -> 0.92): each batch now spans twice as many neighbours in the sorted
+order, so a wider range of lengths is padded to its longest. Bigger batches trade a little padding for
+fewer, larger matrix products."""
