@@ -166,7 +166,7 @@ def validation_loss(model, loss_fn):
 config = TransformerConfig.tiny(vocab_size=tokenizer.vocab_size, N=2, d_model=64, d_ff=256, h=4,
                                 p_drop=0.1, eps_ls=0.1, max_len=128)
 model = Transformer(config, np.random.default_rng(0))
-n_steps, eval_every = (160, 20) if FAST else (1500, 100)
+n_steps, eval_every = (160, 40) if FAST else (1500, 100)
 schedule = optim.NoamSchedule(config.d_model, warmup=160, factor=1.0) if FAST else \
     optim.NoamSchedule(config.d_model, warmup=400, factor=2.0)
 opt = optim.Adam(model.named_parameters(), lr=schedule)
