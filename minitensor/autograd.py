@@ -177,5 +177,5 @@ def backward(root, grad_out=None, on_leaf_done=None) -> None:
                 raise RuntimeError(f"bug in {node.function.__name__}.backward: gradient shape "
                                    f"{g.shape} for an input of shape {shape}")
             key = id(parent)
-            grads[key] = g if key not in grads else grads[key] + g
+            grads[key] = g if key not in grads else node.backend.add(grads[key], g)   # bf16 too
         node.saved, node.params, node.consumed = (), None, True  # free what it kept as soon as it is used

@@ -87,9 +87,13 @@ class Adam(Optimizer):
     gradients (`gather_grads`) plus one fused `adam_step` kernel call, not one
     call per parameter. A parameter whose `.data` was replaced (load_state_dict, .to())
     is copied back into the buffer on the next step. A missing gradient counts as zero.
+
+    Mixed precision: with `half_dtype` (float16 or bf16, the model's activation dtype) the
+    kernel also writes each updated parameter rounded to it, into one more flat buffer whose
+    views the parameters hand to the forward pass (Parameter.half): no weight is cast per step.
     """
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.98), eps: float = 1e-9):
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.98), eps: float = 1e-9, half_dtype=None):
         super().__init__(params, lr)
         self.beta1, self.beta2 = betas
         self.eps = eps
@@ -106,6 +110,14 @@ class Adam(Optimizer):
         self.views = [None] * len(self.params)
         self._flat_grad, self._gathered = None, []
         self._adopt_parameters()
+        self.half = None                                      # the half-precision copy of `flat`, if asked for
+        if half_dtype is not None and np.dtype(half_dtype) != self.dtype:
+            self.half = self.backend.cast(self.flat, half_dtype)
+            self._share_half()
+
+    def _share_half(self) -> None:
+        for i, p in enumerate(self.params):
+            p.set_half(self._slice(self.half, i))
 
     def _slice(self, buffer, i):
         return buffer[self.offsets[i]:self.offsets[i + 1]].reshape(self.params[i].shape)
@@ -160,8 +172,10 @@ class Adam(Optimizer):
         self.step_count += 1
         self._adopt_parameters()
         self.backend.adam_step(self.flat, self.gather_grads(), self.m, self.v, self.current_lr(),
-                               self.beta1, self.beta2, self.eps, self.step_count)
+                               self.beta1, self.beta2, self.eps, self.step_count, half=self.half)
         self._flat_grad = None
+        if self.half is not None:
+            self._share_half()                                # a parameter adopted above dropped its copy
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Moments by parameter name plus the step, as NumPy arrays (checkpoint-ready)."""

@@ -10,7 +10,7 @@
     python -m train average RUN_DIR [--last K] [--out PATH]        §6.1 checkpoint averaging
     python -m train plot RUN_DIR                                   PNG curves (+ attention heat-map)
     python -m train export-tensorboard RUN_DIR                     metrics.jsonl as TensorBoard scalars
-    python -m train bench [--backend cpu|numpy|cuda] [--precision fp32|fp16]   one step, ours vs PyTorch
+    python -m train bench [--backend cpu|numpy|cuda] [--precision fp32|bf16|fp16]   one step, ours vs PyTorch
     python -m train scale [--backend cpu|cuda] [--step-ms MS] [--link nvlink4|pcie5|GBPS]   1-8 GPU projection
     python -m train doctor                                         versions, devices, backends
     python -m train ablate --grid table3 --config configs/X.toml [--rows A,D] [--steps N] [--list]
@@ -146,8 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="cpu: d_model 256, 3+3 layers, 64×32 tokens; base: Table 3 base, 250×100 tokens "
                             "(default: base with --backend cuda, cpu otherwise)")
     bench.add_argument("--backend", default="cpu", help="cpu (Numba), numpy (reference) or cuda (default cpu)")
-    bench.add_argument("--precision", choices=["fp32", "fp16"], default="fp32",
-                       help="fp16 = mixed precision with loss scaling (cuda); the peer then uses bf16 autocast")
+    bench.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
+                       help="bf16 / fp16 = mixed precision (cuda; fp16 with loss scaling): the peer then uses bf16 "
+                            "autocast; with fp32 the peer runs in fp32 and in TF32")
     bench.add_argument("--steps", type=int, default=5, help="timed steps (default 5)")
     bench.add_argument("--warmup", type=int, default=2, help="untimed steps after the first (default 2)")
     bench.add_argument("--batch", type=int, default=None, help="sentences per batch (default: the preset's)")

@@ -28,7 +28,7 @@ from train.errors import InputError
 from transformer.config import TransformerConfig
 
 TASK_KINDS = ("builtin", "files", "multi30k")
-PRECISIONS = ("fp32", "fp16")
+PRECISIONS = ("fp32", "bf16", "fp16")
 BACKENDS = ("numpy", "numba", "cupy", "cpu", "cuda")
 
 
@@ -89,7 +89,7 @@ class TrainConfig:
     clip_norm: float = 0.0  # 0 = no clipping (the paper does not clip)
     seed: int = 0  # model init, dropout, batch order
     backend: str = "cpu"  # minitensor backend: numpy, numba, cupy, cpu (best CPU), cuda
-    precision: str = "fp32"  # "fp16" = mixed precision with dynamic loss scaling (cuda only)
+    precision: str = "fp32"  # "bf16" = mixed precision (cuda only); "fp16" = the same with dynamic loss scaling
     threads: int = 0  # CPU threads for BLAS and Numba; 0 = the libraries' default (train/threads.py)
     log_every: int = 100  # updates between log lines
     valid_every: int = 1000  # updates between validations (0 = only at the end)

@@ -182,7 +182,7 @@ def _start(run_config: RunConfig, run_dir: Path, backend: str, reset_optimizer: 
     model = Transformer(model_config, rng, backend=backend, precision=train.precision)
     schedule = NoamSchedule(model_config.d_model, warmup=train.warmup_steps, factor=train.lr_factor)  # §5.3 Eq. (3)
     optimizer = Adam(list(model.named_parameters()), lr=schedule, betas=(train.adam_beta1, train.adam_beta2),
-                     eps=train.adam_eps)
+                     eps=train.adam_eps, half_dtype=model.compute_dtype)   # mixed precision: the half weights
     scaler = DynamicLossScaler() if train.precision == "fp16" else None
     state = TrainState(run_config, model, optimizer, rng, prepared.tokenizer, scaler)
     resumed = checkpointing.resume_point(run_dir, reset_optimizer, say)

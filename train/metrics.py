@@ -23,12 +23,12 @@ import time
 from pathlib import Path
 
 # Peak dense TFLOP/s per precision, from the vendors' datasheets (no sparsity).
-# "fp32" is the plain CUDA-core rate; "tf32"/"fp16" the tensor-core rates.
+# "fp32" is the plain CUDA-core rate; "tf32"/"fp16"/"bf16" the tensor-core rates.
 PEAK_TFLOPS = {
-    "H200": {"fp32": 67.0, "tf32": 495.0, "fp16": 989.0},
-    "H100 PCIe": {"fp32": 51.0, "tf32": 378.0, "fp16": 756.0},
-    "H100": {"fp32": 67.0, "tf32": 495.0, "fp16": 989.0},  # SXM
-    "A100": {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0},
+    "H200": {"fp32": 67.0, "tf32": 495.0, "fp16": 989.0, "bf16": 989.0},
+    "H100 PCIe": {"fp32": 51.0, "tf32": 378.0, "fp16": 756.0, "bf16": 756.0},
+    "H100": {"fp32": 67.0, "tf32": 495.0, "fp16": 989.0, "bf16": 989.0},  # SXM
+    "A100": {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},
     "V100": {"fp32": 15.7, "fp16": 125.0},  # SXM2
     "P100": {"fp32": 9.3, "fp16": 18.7},  # PCIe; §5.2 trained on 8 of these
 }

@@ -88,6 +88,8 @@ def train_step(model, batches, optimizer, loss_fn, scaler=None, clip_norm: float
         stepped = scaler.update(finite)                                      # overflow: skip, lower the scale
     else:
         finite = stepped = _agreed(comm, all_finite(grad, loss_sum))
+    if not finite:
+        check_ids(model, [batch for _, batch in real])                       # a bad token id comes out as NaN on a GPU
     grad_norm = None
     if stepped and (clip_norm > 0 or measure_grad_norm):
         grad_norm = clip_grad_norm(grad, clip_norm if clip_norm > 0 else math.inf)
@@ -116,6 +118,23 @@ class _DropoutStreams:
         """Every rank leaves the update with the same generator: the start jumped once per micro-batch."""
         if self.rng is not None:
             self.rng.bit_generator.state = self.start.jumped(self.total).state
+
+
+def check_ids(model, batches) -> None:
+    """IndexError naming a token id of `batches` outside the model's vocabulary, if there is one.
+
+    On a GPU the embedding and loss kernels turn such an id into NaN instead of reading or
+    writing off their tables (kernels/README.md), so it surfaces as a non-finite step; this
+    looks at the ids only then (a sync, on a failed step only). CPU kernels raise at once.
+    """
+    vocab = model.config.vocab_size
+    for i, batch in enumerate(batches):
+        for name, ids in zip(("source", "target input", "target output"), batch):
+            ids = model.backend.to_numpy(ids)
+            if ids.size and (ids.min() < 0 or ids.max() >= vocab):
+                bad = int(ids.min() if ids.min() < 0 else ids.max())
+                raise IndexError(f"batch {i}: {name} token id {bad} is outside the vocabulary [0, {vocab}) "
+                                 f"(does the tokenizer match the model?)")
 
 
 def all_finite(grad, loss) -> bool:

@@ -66,7 +66,7 @@ def test_unknown_section_and_override_keys():
     ("model.norm=sideways", "model.norm must be one of"),
     ("train.max_tokens=0", "must be positive"),
     ("model.p_drop=1.5", r"model.p_drop must be in \[0, 1\)"),
-    ("train.precision=bf16", "train.precision must be one of"),
+    ("train.precision=fp8", "train.precision must be one of"),
 ])
 def test_values_are_type_checked(item, expected):
     with pytest.raises(InputError, match=expected):
