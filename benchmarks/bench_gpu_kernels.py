@@ -2,7 +2,9 @@
 
 Sizes are Transformer-base training shapes (Table 3, batches of ~25000 tokens): attention
 scores (B, H, T, L) = (250, 8, 100, 100); LayerNorm rows (25000, 512); logits (25000, 37000);
-Adam over 63M parameters; embedding rows (25000, 512) into a 37000-row table; GEMMs at 4096^3.
+Adam over 63M parameters; embedding rows (25000, 512) into a 37000-row table; GEMMs at 4096^3;
+bf16 (uint16 bits) beside float32 and float16 where mixed precision uses it, bf16_cast, and the
+base step's half-precision GEMMs through cupy.matmul and through cupy_blas.
 Napkin math, the bytes each op must move at least once (s = bytes per element):
   softmax fwd 2ns (x, y) | softmax bwd 3ns (y, dy, dx) | layernorm fwd 2ns + 8 rows (mean, rstd)
   layernorm bwd 3ns + 8 rows | cross-entropy 2NVs (logits, dlogits) | adam 28 B/param (fp32
@@ -25,6 +27,9 @@ import cupy as cp
 import numpy as np
 from cupyx.profiler import benchmark
 
+from minitensor.backends import cupy_blas
+from minitensor.dtypes import BF16
+from minitensor.kernels.bf16_cast.reference import float_to_bf16
 from minitensor.testing import assert_close
 
 try:
@@ -33,6 +38,11 @@ except ImportError:
     torch = None
 
 HALF, FLOAT = np.dtype(np.float16), np.dtype(np.float32)
+
+
+def gpu(values, dtype):
+    """Float values on the device in dtype (bf16: uint16 bits, rounded to nearest even)."""
+    return cp.asarray(float_to_bf16(values)) if dtype == BF16 else cp.asarray(values, dtype=dtype)
 
 
 def gpu_ms(fn, max_repeat=50):
@@ -55,8 +65,8 @@ def dram_copy_gbps():
 
 
 def t(a):
-    """A CuPy array seen by torch, zero-copy."""
-    return torch.from_dlpack(a)
+    """A CuPy array seen by torch, zero-copy (bf16 bits as torch.bfloat16)."""
+    return torch.from_dlpack(a).view(torch.bfloat16) if a.dtype == BF16 else torch.from_dlpack(a)
 
 
 class Table:
@@ -108,8 +118,8 @@ def bench_softmax(table, rng):
     B, H, T, L = 250, 8, 100, 100
     scale = 1 / 8
     mask = cp.asarray(np.arange(L) >= rng.integers(L // 2, L + 1, size=B)[:, None])[:, None, None, :]
-    for dtype in (FLOAT, HALF):
-        x = cp.asarray(rng.standard_normal((B, H, T, L)), dtype=dtype)
+    for dtype in (FLOAT, HALF, BF16):
+        x = gpu(rng.standard_normal((B, H, T, L)), dtype)
         n = x.size * dtype.itemsize
         base = None
         if torch is not None:
@@ -128,7 +138,7 @@ def bench_softmax(table, rng):
             except Exception as exc:
                 print(f"!! numba_cuda softmax import: {type(exc).__name__}: {exc}")
         y = fwd.softmax_forward(x, scale, mask)
-        dy = cp.asarray(rng.standard_normal(x.shape), dtype=dtype)
+        dy = gpu(rng.standard_normal(x.shape), dtype)
         base = None
         if torch is not None:
             yt, dyt = t(y), t(dy)
@@ -143,13 +153,13 @@ def bench_softmax(table, rng):
 def bench_layernorm(table, rng):
     fwd, bwd = launcher("layernorm_forward"), launcher("layernorm_backward")
     N, D = 25000, 512
-    for dtype in (FLOAT, HALF):
-        x = cp.asarray(rng.standard_normal((N, D)) + 0.5, dtype=dtype)
+    for dtype in (FLOAT, HALF, BF16):
+        x = gpu(rng.standard_normal((N, D)) + 0.5, dtype)
         gamma, beta = (cp.asarray(rng.standard_normal(D), dtype=cp.float32) for _ in range(2))
         n = x.size * dtype.itemsize
         base = None
         if torch is not None:
-            xt, gt, bt = t(x), t(gamma.astype(dtype)), t(beta.astype(dtype))
+            xt, gt, bt = t(x), t(gamma).to(t(x).dtype), t(beta).to(t(x).dtype)
             base = table.add("layernorm_fwd", "torch native_layer_norm", dtype,
                              lambda: torch.native_layer_norm(xt, [D], gt, bt, 1e-5), 2 * n + 8 * N, "GB/s")
         ref = reference("layernorm_forward")(x[:256].get(), gamma.get(), beta.get(), 1e-5)
@@ -169,7 +179,7 @@ def bench_layernorm(table, rng):
             except Exception as exc:
                 print(f"!! numba_cuda layernorm import: {type(exc).__name__}: {exc}")
         _, mean, rstd = fwd.layernorm_forward(x, gamma, beta, 1e-5)
-        dy = cp.asarray(rng.standard_normal((N, D)), dtype=dtype)
+        dy = gpu(rng.standard_normal((N, D)), dtype)
         base = None
         if torch is not None:
             dyt, mt, rt = t(dy), t(mean).reshape(N, 1), t(rstd).reshape(N, 1)
@@ -183,7 +193,7 @@ def bench_layernorm(table, rng):
             def check(f=f, v=v):
                 for got, want in zip(f(*small), ref_b):
                     # float32 sums over 256 rows (dgamma, dbeta are float32 for float16 x too)
-                    assert_close(got, want, f"layernorm bwd v{v}", atol=None if got.dtype == HALF else 1e-4)
+                    assert_close(got, want, f"layernorm bwd v{v}", atol=None if got.dtype in (HALF, BF16) else 1e-4)
             table.add("layernorm_bwd", f"cuda v{v}", dtype, lambda f=f: f(dy, x, gamma, mean, rstd), 3 * n + 8 * N,
                       "GB/s", check=check, baseline=base)
 
@@ -273,6 +283,32 @@ def bench_embedding_and_dropout(table, rng):
                       check=lambda f=f: assert_close(f(x[:64], u[:64], 0.1), ref, "dropout"), baseline=base)
 
 
+def bench_bf16(table, rng):
+    """bf16 conversion vs the copy ceiling; half-precision GEMMs of the base step: cupy.matmul vs cupy_blas."""
+    cast = launcher("bf16_cast")
+    x = cp.asarray(rng.standard_normal((25000, 512)), dtype=cp.float32)
+    bits = cast.bf16_cast(x, BF16)
+    amount = x.size * 6  # 4 bytes read + 2 written (or the reverse)
+    base = table.add("bf16_cast", "cupy astype(float16)", FLOAT, lambda: x.astype(cp.float16), amount, "GB/s")
+    ref = reference("bf16_cast")(x[:300].get(), BF16)
+    for v, f in cast.VERSIONS.items():
+        table.add("bf16_cast", f"cuda v{v} to bf16", FLOAT, lambda f=f: f(x, BF16), amount, "GB/s", baseline=base,
+                  check=lambda f=f: np.testing.assert_array_equal(f(x[:300], BF16).get(), ref))
+        table.add("bf16_cast", f"cuda v{v} from bf16", BF16, lambda f=f: f(bits, np.float32), amount, "GB/s")
+    # attention's batched products, (B·H, T, d) @ (B·H, d, T), and a Linear's (25000, 512) @ (512, 2048)
+    shapes = {"attention QKᵀ": ((2000, 100, 64), (2000, 100, 64), True),
+              "linear W1": ((25000, 512), (512, 2048), False)}
+    for name, (sa, sb, transpose_b) in shapes.items():
+        flops = 2 * int(np.prod(sa)) * (sb[-2] if transpose_b else sb[-1])
+        for dtype in (HALF, BF16):
+            a, b = gpu(rng.standard_normal(sa), dtype), gpu(rng.standard_normal(sb), dtype)
+            b = cp.swapaxes(b, -1, -2) if transpose_b else b
+            if dtype == HALF:
+                table.add(f"gemm {name}", "cupy.matmul", dtype, lambda a=a, b=b: cp.matmul(a, b), flops, "TFLOP/s")
+            table.add(f"gemm {name}", "cupy_blas", dtype,
+                      lambda a=a, b=b: cupy_blas.matmul(a, b, xp=cp, gemm=cupy_blas.cublas_gemm), flops, "TFLOP/s")
+
+
 def bench_matmul(table, rng, size=4096):
     mm = launcher("matmul_forward")
     flops = 2 * size**3
@@ -306,7 +342,8 @@ def main(only=""):
     rng = np.random.default_rng(0)
     for name, bench in [("softmax", bench_softmax), ("layernorm", bench_layernorm),
                         ("cross_entropy", bench_cross_entropy), ("adam", bench_adam),
-                        ("embedding_dropout", bench_embedding_and_dropout), ("matmul", bench_matmul)]:
+                        ("embedding_dropout", bench_embedding_and_dropout), ("bf16", bench_bf16),
+                        ("matmul", bench_matmul)]:
         if args.only in name:
             start = time.perf_counter()
             bench(table, rng)

@@ -23,17 +23,23 @@
 #   is a sum in the backward pass**.
 #
 # Run it: `python chapters/01_arrays_and_broadcasting.py` (add `--fast` for the
-# CI-sized version, `--check-solutions` to test `chapters/solutions/01_*.py`).
+# CI-sized version, `--check-solutions` to test `chapters/solutions/01_*.py`),
+# or as a notebook (`chapters/README.md`).
+
+#
+# Two tools come with every chapter. `minitensor` is this repository's tensor
+# library: NumPy arrays plus reverse-mode gradients; chapter 02 builds its
+# engine, and here we only use `mt.tensor(...)` and `.backward()`. And
+# `chapters/_common.py` holds what the chapters share: the `--fast` and
+# `--check-solutions` switches, `show(fig, name)` for figures, and `fails`
+# for proving that a check can fail.
 
 # %%
-import sys
-
 import numpy as np
 
 import minitensor as mt
+from _common import CHECK_SOLUTIONS, fails, load_solutions
 
-FAST = "--fast" in sys.argv                      # the only switch: smaller sizes for CI
-CHECK_SOLUTIONS = "--check-solutions" in sys.argv
 rng = np.random.default_rng(0)
 
 # %% [markdown]
@@ -174,6 +180,7 @@ mt.assert_close(ct.grad, g.sum(axis=1, keepdims=True), name="(B, 1, D) gradient:
 # ## Exercises
 # 1. **Predict, then run.** What shape does `np.zeros((3, 1, 4)) + np.zeros((2, 1))` have, and
 #    what shape would the gradient of the second operand have? Write your answer down, then run it.
+#    (Answer key: `PREDICT` in `chapters/solutions/01_arrays_and_broadcasting.py`.)
 # 2. Write `unbroadcast(grad, shape)`: sum a gradient of the broadcast shape back to `shape`
 #    (leading axes that were added disappear; size-1 axes are kept). `check_unbroadcast(fn)` tests it.
 # 3. Write `matmul_shape(a_shape, b_shape)`: the result shape of `a @ b` for arrays of at least
@@ -207,22 +214,13 @@ def check_matmul_shape(matmul_shape) -> None:
 
 
 # %% CHECK the checks: a wrong answer must fail them
-def _fails(check, wrong) -> bool:
-    try:
-        check(wrong)
-    except (AssertionError, ValueError, TypeError):
-        return True
-    return False
-
-
-assert _fails(check_unbroadcast, lambda grad, shape: np.sum(grad).reshape(()) * np.ones(shape)), \
+assert fails(check_unbroadcast, lambda grad, shape: np.sum(grad).reshape(()) * np.ones(shape)), \
     "check_unbroadcast accepted a total sum"
-assert _fails(check_matmul_shape, lambda a, b: a[:-1] + b[-1:]), "check_matmul_shape accepted no broadcasting"
+assert fails(check_matmul_shape, lambda a, b: a[:-1] + b[-1:]), "check_matmul_shape accepted no broadcasting"
 
 # %%
 if CHECK_SOLUTIONS:
-    import importlib
-    solutions = importlib.import_module("solutions.01_arrays_and_broadcasting")
+    solutions = load_solutions("01_arrays_and_broadcasting")
     check_unbroadcast(solutions.unbroadcast)
     check_matmul_shape(solutions.matmul_shape)
     print("solutions OK")

@@ -23,15 +23,12 @@
 #    does the math, so the same op runs on NumPy, Numba or CuPy.
 
 # %%
-import sys
-
 import numpy as np
 
 import minitensor as mt
+from _common import CHECK_SOLUTIONS, fails, load_solutions
 from minitensor import Function
 
-FAST = "--fast" in sys.argv
-CHECK_SOLUTIONS = "--check-solutions" in sys.argv
 rng = np.random.default_rng(0)
 
 # %% [markdown]
@@ -120,14 +117,20 @@ assert np.isclose(b_val.grad, 1 - y.data ** 2), "dy/db = 1 - y^2"
 
 # %% [markdown]
 # **Why `+=`.** A value used twice gets gradient from both uses. `a * a` must
-# give `2a`, and a graph that is reused (the same weight at every position)
-# must add up the contributions of every use. The same is true in minitensor:
-# leaves accumulate, and `zero_grad` is an explicit step of the training loop.
-# The chain below is 10,000 operations deep: the iterative sort handles it.
+# give `2a`, `c + c` must give 2, and a graph that is reused (the same weight at
+# every position) must add up the contributions of every use. The neuron above
+# used every Value once, so it cannot tell `+=` from `=`; these can. The same is
+# true in minitensor: leaves accumulate, and `zero_grad` is an explicit step of
+# the training loop. The chain below is 10,000 operations deep: the iterative
+# sort handles it.
 
 # %%
 a = Value(3.0)
 (a * a).backward()
+c = Value(-2.0)
+(c + c).backward()
+u, w = Value(0.5), Value(4.0)
+(u * w + u).backward()                         # u reaches the output twice: through the product and directly
 deep = Value(1.0)
 node = deep
 for _ in range(10_000):
@@ -136,6 +139,8 @@ node.backward()
 
 # %% CHECK
 assert a.grad == 6.0, f"d(a·a)/da = 2a = 6, got {a.grad} (a closure that assigns instead of adds gives 3)"
+assert c.grad == 2.0, f"d(c+c)/dc = 2, got {c.grad}: Value.__add__ must add (+=) into the gradients, not assign"
+assert (u.grad, w.grad) == (5.0, 0.5), f"d(u·w + u)/du = w + 1 = 5, d/dw = u = 0.5; got {(u.grad, w.grad)}"
 assert np.isclose(deep.grad, 1.0001 ** 10_000), "the deep chain's gradient is the product of its factors"
 
 # %% [markdown]
@@ -250,7 +255,7 @@ if "numba" in results:
 # ## Exercises
 # 1. **Predict, then run.** Build `loss = (w * 3.0).sum()` from a leaf `w = mt.tensor([1.0, 2.0], requires_grad=True)`,
 #    call `loss.backward()`, then build it again and call `backward()` again *without* clearing `w.grad`.
-#    What is `w.grad` now?
+#    What is `w.grad` now? (Answer key: `PREDICT` in `chapters/solutions/02_reverse_mode_autograd.py`.)
 # 2. Add `__pow__(self, k)` (a constant exponent k) to a Value-like class: write `value_pow(a, k)`
 #    that returns a new `Value` (build it with `type(a)(data, (a,))`) with the right closure. `check_value_pow(fn)` tests it.
 # 3. Write a `Sigmoid(Function)` (forward saves the *output*; backward uses `y(1−y)`).
@@ -268,10 +273,14 @@ def check_value_pow(value_pow) -> None:
 
 
 def check_sigmoid(sigmoid_cls) -> None:
-    """Exercise 3: values, gradcheck against central differences, and the saved output."""
+    """Exercise 3: values, the saved output (and nothing else), and gradcheck against central differences."""
     x = mt.tensor(np.random.default_rng(2).standard_normal((3, 5)) * 3, requires_grad=True, dtype="float64")
     y = sigmoid_cls.apply(x)
     mt.assert_close(y, 1 / (1 + np.exp(-x.numpy())), name="sigmoid forward")
+    saved = y._ctx.saved                       # what forward kept for backward (freed once backward has run)
+    assert len(saved) == 1, f"forward must save exactly one array, the output y; it saved {len(saved)}"
+    assert np.shape(saved[0]) == y.shape and np.allclose(saved[0], y.numpy()), \
+        "forward must save its output y (backward needs only y(1−y)), not the input x"
     assert mt.gradcheck(sigmoid_cls.apply, x), "sigmoid backward"
 
 
@@ -289,12 +298,17 @@ class _SigmoidWrong(Function):
         return grad_out * y                    # forgot (1 - y)
 
 
-def _fails(check, wrong) -> bool:
-    try:
-        check(wrong)
-    except AssertionError:
-        return True
-    return False
+class _SigmoidSavesInput(Function):          # right values and gradients, but keeps x and recomputes y
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return 1 / (1 + ctx.backend.xp.exp(-x))
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (x,) = ctx.saved
+        y = 1 / (1 + ctx.backend.xp.exp(-x))
+        return grad_out * y * (1 - y)
 
 
 def _pow_assigns(a, k):                        # assigns the gradient instead of adding it
@@ -305,13 +319,13 @@ def _pow_assigns(a, k):                        # assigns the gradient instead of
     return out
 
 
-assert _fails(check_sigmoid, _SigmoidWrong), "check_sigmoid accepted a wrong backward"
-assert _fails(check_value_pow, _pow_assigns), "check_value_pow accepted '=' instead of '+='"
+assert fails(check_sigmoid, _SigmoidWrong), "check_sigmoid accepted a wrong backward"
+assert fails(check_sigmoid, _SigmoidSavesInput), "check_sigmoid accepted a Sigmoid that saves its input"
+assert fails(check_value_pow, _pow_assigns), "check_value_pow accepted '=' instead of '+='"
 
 # %%
 if CHECK_SOLUTIONS:
-    import importlib
-    solutions = importlib.import_module("solutions.02_reverse_mode_autograd")
+    solutions = load_solutions("02_reverse_mode_autograd")
     check_value_pow(solutions.value_pow)
     check_sigmoid(solutions.Sigmoid)
     print("solutions OK")

@@ -22,23 +22,13 @@
 # `out.sum()` cannot see a softmax backward that returns zeros.
 
 # %%
-import sys
-from pathlib import Path
-
-import matplotlib
-
-matplotlib.use("Agg")                        # figures go to files, never to a window
 import matplotlib.pyplot as plt
 import numpy as np
 
 import minitensor as mt
+from _common import CHECK_SOLUTIONS, FAST, fails, load_solutions, show
 from minitensor import Function
 
-FAST = "--fast" in sys.argv
-CHECK_SOLUTIONS = "--check-solutions" in sys.argv
-HERE = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
-OUT = HERE / "_out"
-OUT.mkdir(exist_ok=True)
 rng = np.random.default_rng(0)
 
 # %% [markdown]
@@ -69,9 +59,7 @@ ax.loglog(epsilons, central_err, label="central  (f(x+ε) − f(x−ε)) / 2ε")
 ax.set_xlabel("ε")
 ax.set_ylabel("|error| (float64)")
 ax.legend()
-fig.tight_layout()
-fig.savefig(OUT / "03_finite_difference_error.png", dpi=100)
-plt.close(fig)
+show(fig, "03_finite_difference_error")
 at = int(np.argmin(np.abs(np.log(epsilons / 1e-6))))        # the ε gradcheck uses
 print(f"at ε = {epsilons[at]:.1e}: forward error {forward_err[at]:.1e}, central error {central_err[at]:.1e}")
 
@@ -178,8 +166,9 @@ else:
 # float64, with a seeded random cotangent, and reports the worst element. Two
 # more habits from the test suite: stay off kinks (relu at 0, max at ties),
 # where the two one-sided derivatives differ, and away from overflow. Here it
-# checks a composed expression that goes through matmul, broadcasting, the fused
-# layernorm and log-softmax.
+# checks a composed expression that goes through matmul, broadcasting, the
+# library's LayerNorm Function (chapter 08 builds it and derives its backward)
+# and log-softmax.
 
 # %%
 n_rows = 2 if FAST else 4
@@ -206,10 +195,12 @@ assert mt.gradcheck(block, xa, wa, gamma, beta), "matmul + layernorm + log-softm
 # ## Exercises
 # 1. **Predict, then run.** A softmax backward that forgets the `− Σ dy⊙y` term returns `y ⊙ dy`.
 #    Does the `out.sum()` check (r = 1) catch it? Work out `y ⊙ 1` before you run `passes_check` on it.
+#    (Answer key: `PREDICT` in `chapters/solutions/03_checking_gradients.py`.)
 # 2. Write `central_difference(f, x, eps)` for a scalar function `f` of an array `x`: the array of
 #    ∂f/∂x_i. `check_central_difference(fn)` tests it on a function with a known gradient.
 # 3. Write `layernorm_backward(dy, x, gamma, eps)`: dx for y = (x − mean)/√(var + ε)·γ over the last
 #    axis (biased variance). `check_layernorm_backward(fn)` compares it with minitensor's LayerNorm.
+#    Try it with pen and paper first; chapter 08 derives it step by step (§2 there) if you get stuck.
 
 # %%
 def check_central_difference(central_difference) -> None:
@@ -236,14 +227,6 @@ def check_layernorm_backward(layernorm_backward) -> None:
 
 
 # %% CHECK the checks: a wrong answer must fail them
-def _fails(check, wrong) -> bool:
-    try:
-        check(wrong)
-    except AssertionError:
-        return True
-    return False
-
-
 def _forward_difference(f, x, eps):
     base, grad = f(x), np.zeros_like(x)
     for i in np.ndindex(x.shape):
@@ -257,13 +240,12 @@ def _layernorm_backward_no_mean_terms(dy, x, g, eps):      # treats mean and var
     return dy * g / np.sqrt(x.var(axis=-1, keepdims=True) + eps)
 
 
-assert _fails(check_central_difference, _forward_difference), "a forward difference is not accurate enough"
-assert _fails(check_layernorm_backward, _layernorm_backward_no_mean_terms), "layernorm check too weak"
+assert fails(check_central_difference, _forward_difference), "a forward difference is not accurate enough"
+assert fails(check_layernorm_backward, _layernorm_backward_no_mean_terms), "layernorm check too weak"
 
 # %%
 if CHECK_SOLUTIONS:
-    import importlib
-    solutions = importlib.import_module("solutions.03_checking_gradients")
+    solutions = load_solutions("03_checking_gradients")
     check_central_difference(solutions.central_difference)
     check_layernorm_backward(solutions.layernorm_backward)
     print("solutions OK")

@@ -8,53 +8,102 @@
 # ---
 
 # %% [markdown]
-# # 04 · Modules, initialisation, Adam and the Noam schedule
+# # 04 · Modules, dropout, initialisation, Adam and the Noam schedule
 #
-# > "We used the Adam optimizer with β₁ = 0.9, β₂ = 0.98 and ε = 10⁻⁹. We varied
-# > the learning rate over the course of training, according to the formula:
-# > lrate = d_model^−0.5 · min(step_num^−0.5, step_num · warmup_steps^−1.5).
+# > We used the Adam optimizer with β₁ = 0.9, β₂ = 0.98 and ε = 10⁻⁹. We varied
+# > the learning rate over the course of training, according to the formula: (§5.3)
+#
+#     lrate = d_model^−0.5 · min(step_num^−0.5, step_num · warmup_steps^−1.5)        (§5.3, Eq. (3))
+#
 # > This corresponds to increasing the learning rate linearly for the first
 # > warmup_steps training steps, and decreasing it thereafter proportionally to
-# > the inverse square root of the step number. We used warmup_steps = 4000."
-# > (§5.3, Eq. (3))
+# > the inverse square root of the step number. We used warmup_steps = 4000. (§5.3)
+#
+# > We apply dropout to the output of each sub-layer, before it is added to the
+# > sub-layer input and normalized. (§5.4)
 #
 # Before the model, the machinery that trains it: a `Module` that finds its
-# parameters by itself, an initialiser (the paper does not say which one; we
-# use Xavier-uniform like the reference implementations), Adam with the
+# parameters by itself, dropout, an initialiser (the paper does not say which
+# one; we use Xavier-uniform like the reference implementations), Adam with the
 # paper's constants, and the schedule of Eq. (3).
 
 # %%
-import contextlib
-import sys
-from pathlib import Path
-
-import matplotlib
-
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
 import minitensor as mt
+from _common import CHECK_SOLUTIONS, FAST, fails, load_solutions, one_cpu_thread, show
 from minitensor import nn, optim
-from train.threads import cpu_threads
 
-FAST = "--fast" in sys.argv
-CHECK_SOLUTIONS = "--check-solutions" in sys.argv
-HERE = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
-OUT = HERE / "_out"
-OUT.mkdir(exist_ok=True)
-THREADS = contextlib.ExitStack()       # held until the script ends
-THREADS.enter_context(cpu_threads(1))  # tiny matrices: extra BLAS/Numba threads only add overhead
+THREADS = one_cpu_thread()
 rng = np.random.default_rng(0)
 
 # %% [markdown]
-# ## 1. Modules find their own parameters
+# ## 1. A Module finds its own parameters
 #
-# A `Module` registers every `Parameter` and sub-`Module` assigned to one of its
-# attributes, so `named_parameters()` walks the tree and names each weight by
-# its attribute path. Those names are what checkpoints store and what the
-# optimiser keys its moments by. Dropout is a module too; `train()`/`eval()`
-# switch it on and off everywhere at once.
+# A model is a tree of layers, each holding a few weight arrays. The trick that
+# saves writing lists of weights by hand: a `Module` watches its own attribute
+# assignments. Assigning a `Parameter` (a leaf Tensor that needs a gradient,
+# chapter 02) or another `Module` to `self.something` registers it, so
+# `named_parameters()` can walk the tree and name each weight by its attribute
+# path (`hidden.weight`). Those names are what checkpoints store and what the
+# optimiser keys its moments by. Here is the whole idea; `Linear` is
+# y = xW + b with W of shape (in, out).
+
+# %%
+class MiniModule:
+    """Registers Parameters and sub-modules by attribute assignment (the core of minitensor.nn.Module)."""
+
+    def __init__(self):
+        object.__setattr__(self, "_own", {})          # name -> Parameter or MiniModule, in assignment order
+
+    def __setattr__(self, name, value):
+        if isinstance(value, (nn.Parameter, MiniModule)):
+            self._own[name] = value
+        object.__setattr__(self, name, value)
+
+    def named_parameters(self, prefix=""):
+        for name, value in self._own.items():
+            if isinstance(value, MiniModule):
+                yield from value.named_parameters(f"{prefix}{name}.")
+            else:
+                yield prefix + name, value
+
+    def __call__(self, *args):
+        return self.forward(*args)
+
+
+class MiniLinear(MiniModule):
+    def __init__(self, d_in, d_out, rng):
+        super().__init__()
+        self.weight = nn.Parameter(nn.init.xavier_uniform((d_in, d_out), rng))   # (in, out), section 3
+        self.bias = nn.Parameter(np.zeros(d_out, dtype=np.float32))
+
+    def forward(self, x):
+        return x @ self.weight + self.bias                            # (B, in) @ (in, out) + (out,) -> (B, out)
+
+
+class MiniTwoLayer(MiniModule):
+    def __init__(self, d_in, d_hidden, d_out, rng):
+        super().__init__()
+        self.hidden = MiniLinear(d_in, d_hidden, rng)
+        self.out = MiniLinear(d_hidden, d_out, rng)
+
+    def forward(self, x):
+        return self.out(self.hidden(x).relu())
+
+
+mini = MiniTwoLayer(3, 16, 1, np.random.default_rng(5))
+print([(name, p.shape) for name, p in mini.named_parameters()])
+
+# %% [markdown]
+# The library's `minitensor.nn.Module` (minitensor/nn/module.py) is this plus
+# the bookkeeping a real model needs: `train()`/`eval()` reaching every
+# sub-module, `state_dict()`/`load_state_dict()`, `to()` another backend or
+# dtype, `zero_grad()`. `nn.Linear` is `MiniLinear` as one fused Function. From
+# here on every chapter uses the library's `nn.Module`, `nn.Linear` and
+# `nn.Dropout` (next section), built here. The same network with them must have
+# the same parameter names and, given the same weights, the same output.
 
 # %%
 class TwoLayer(nn.Module):
@@ -69,21 +118,62 @@ class TwoLayer(nn.Module):
 
 
 model = TwoLayer(3, 16, 1, rng)
+model.load_state_dict({name: p.numpy() for name, p in mini.named_parameters()})
 for name, p in model.named_parameters():
     print(f"{name:14s} {p.shape}")
 
 # %% CHECK
 names = [name for name, _ in model.named_parameters()]
 assert names == ["hidden.weight", "hidden.bias", "out.weight", "out.bias"], names
+assert names == [name for name, _ in mini.named_parameters()], "MiniModule names weights like nn.Module"
 assert model.num_parameters() == 3 * 16 + 16 + 16 * 1 + 1
 model.eval()
 assert not model.drop.training, "eval() must reach every sub-module"
 xe = mt.tensor(rng.standard_normal((5, 3)))
 mt.assert_close(model(xe), model(xe), name="eval mode is deterministic (no dropout)")
+mt.assert_close(model(xe), mini(xe), name="library modules vs MiniModule, same weights", atol=1e-6)
 model.train()
 
 # %% [markdown]
-# ## 2. Initialisation keeps the signal's scale
+# ## 2. Dropout, and why it divides by 1 − p
+#
+# §5.4 applies dropout with P_drop = 0.1: during training each activation is
+# zeroed with probability p. At test time nothing is dropped, so the next layer
+# would see inputs 1/(1 − p) times larger than the ones it was trained on,
+# unless training compensates. *Inverted* dropout does: it divides the kept
+# values by 1 − p, so that **E[dropout(x)] = x** and evaluation needs no
+# change (`eval()` makes dropout the identity). The mask is drawn once per call
+# and reused by backward: a dropped activation passes no gradient either.
+
+# %%
+def dropout(x, p, rng):
+    """Inverted dropout on a Tensor: zero with probability p, scale the rest by 1/(1 − p)."""
+    keep = rng.random(x.shape) >= p                                 # each element kept with probability 1 − p
+    return x * mt.tensor(keep / (1.0 - p), dtype=x.dtype)
+
+
+n_drop = 200_000
+ones = mt.tensor(np.ones(n_drop, dtype=np.float32), requires_grad=True)
+ours = dropout(ones, 0.1, np.random.default_rng(3)).numpy()
+library = nn.Dropout(0.1, rng=np.random.default_rng(4))
+lib_out = library(ones)
+lib_out.sum().backward()
+library.eval()
+print(f"mean of dropout(1): ours {ours.mean():.4f}, library {lib_out.numpy().mean():.4f} (both should be ≈ 1); "
+      f"fraction zeroed {np.mean(lib_out.numpy() == 0):.4f}")
+
+# %% CHECK
+tolerance = 0.01                                                    # ~10 standard errors: √(p/(1−p)/n) ≈ 0.001
+for who, out in [("ours", ours), ("nn.Dropout", lib_out.numpy())]:
+    assert abs(out.mean() - 1.0) < tolerance, \
+        f"{who}: E[dropout(x)] must equal x, got mean {out.mean():.4f} for x = 1 (is the 1/(1−p) rescale missing?)"
+    assert abs(np.mean(out == 0) - 0.1) < tolerance, f"{who}: drops a fraction {np.mean(out == 0):.4f}, not p = 0.1"
+    assert np.allclose(out[out != 0], 1 / 0.9), f"{who}: kept values are x/(1−p)"
+mt.assert_close(ones.grad, lib_out.numpy(), name="backward reuses the mask and the scale")
+mt.assert_close(library(ones), ones.numpy(), name="eval(): dropout is the identity")
+
+# %% [markdown]
+# ## 3. Initialisation keeps the signal's scale
 #
 # Xavier-uniform draws W from U(−a, a) with a = √(6 / (fan_in + fan_out)), so
 # Var W = a²/3 = 2/(fan_in + fan_out). For a square layer, y = xW then has the
@@ -103,7 +193,7 @@ assert np.abs(w).max() <= np.sqrt(6 / (2 * d)), "Xavier-uniform is bounded by �
 assert abs(y_out.var() / x_in.var() - 1) < 0.05, "a square Xavier layer preserves the variance"
 
 # %% [markdown]
-# ## 3. Adam, from scratch and from the library
+# ## 4. Adam, from scratch and from the library
 #
 # Adam keeps, per parameter, a running mean of the gradient (m) and of its
 # square (v), corrects both for starting at zero, and steps by
@@ -141,7 +231,7 @@ assert np.abs(param.numpy() - p0).max() > 0.02, "5 steps of lr 0.01 must have mo
 assert (adam.beta1, adam.beta2, adam.eps) == (0.9, 0.98, 1e-9), "the paper's Adam constants are the defaults"
 
 # %% [markdown]
-# ## 4. The Noam schedule, Eq. (3)
+# ## 5. The Noam schedule, Eq. (3)
 #
 # lrate = d_model^−0.5 · min(step^−0.5, step · warmup^−1.5). The two terms are
 # equal at step = warmup: before it the second (linear warm-up) is smaller,
@@ -168,9 +258,7 @@ ax.set_xlabel("step")
 ax.set_ylabel("learning rate")
 ax.set_title("§5.3 Eq. (3)")
 ax.legend()
-fig.tight_layout()
-fig.savefig(OUT / "04_noam_schedule.png", dpi=100)
-plt.close(fig)
+show(fig, "04_noam_schedule")
 print(f"peak lr {lrs.max():.3e} at step {steps[lrs.argmax()]}")
 
 # %% CHECK
@@ -181,7 +269,7 @@ assert np.isclose(schedule(2000), schedule(4000) / 2), "linear warm-up: half the
 assert np.isclose(schedule(16000), schedule(4000) / 2), "after warm-up: 4x the steps, half the rate"
 
 # %% [markdown]
-# ## 5. Putting it together
+# ## 6. Putting it together
 #
 # A small regression fitted with Adam under a (short) Noam schedule: the loss
 # must fall well below its starting value. `zero_grad` before each backward,
@@ -213,65 +301,62 @@ assert opt.step_count == n_steps
 # %% [markdown]
 # ## Summary
 # - Modules register parameters by attribute assignment; names double as checkpoint keys.
-# - Xavier-uniform (the paper is silent; we follow the reference code) keeps activations at unit scale.
+# - Inverted dropout zeroes with probability p and divides the rest by 1 − p, so E[dropout(x)] = x and eval() changes nothing else; Xavier-uniform keeps activations at unit scale.
 # - Adam with β₂ = 0.98, ε = 1e-9 and the Eq. (3) schedule: linear warm-up to d_model^−0.5·warmup^−0.5, then 1/√step.
 #
 # ## Exercises
 # 1. **Predict, then run.** For the big model (d_model = 1024, warmup 4000), what is the peak learning
-#    rate, and at which step does the rate fall back to half the peak? Check with `optim.NoamSchedule`.
-# 2. Write `noam_lr(step, d_model, warmup)` implementing Eq. (3) (step 0 counts as step 1).
-#    `check_noam_lr(fn)` tests it.
-# 3. Write `adam_step(p, g, m, v, step, lr, beta1, beta2, eps)` returning `(p, m, v)` after one
-#    bias-corrected Adam step. `check_adam_step(fn)` compares it with `minitensor.optim.Adam`.
+#    rate, and at which steps is the rate half the peak? Check with `optim.NoamSchedule`.
+#    (Answer key: `PREDICT` in `chapters/solutions/04_modules_adam_and_noam.py`.)
+# 2. Adam's very first step does not depend on how large the gradient is. Work out why from the bias
+#    correction, then write `first_adam_update(g, lr, eps)`: the change p₁ − p₀ after one step from
+#    m = v = 0, as a closed form in g (no moments). `check_first_adam_update(fn)` compares it with the library.
+# 3. Write `warmup_for_peak(d_model, peak_lr)`: the warmup_steps at which Eq. (3) peaks at `peak_lr`
+#    (invert the formula; round to a whole step). `check_warmup_for_peak(fn)` tests it against `NoamSchedule`.
+# 4. Inverted dropout keeps the mean; what does it do to the variance? Write `dropout_variance(x, p)`: the
+#    variance of one output element for input value x. `check_dropout_variance(fn)` measures it on `nn.Dropout`.
 
 # %%
-def check_noam_lr(noam_lr) -> None:
-    """Exercise 2: against the library schedule at many steps and settings."""
-    for d_model, warmup in [(512, 4000), (1024, 4000), (64, 100)]:
-        lib = optim.NoamSchedule(d_model, warmup)
-        for step in (0, 1, 2, warmup // 2, warmup - 1, warmup, warmup + 1, 10 * warmup):
-            assert np.isclose(noam_lr(step, d_model, warmup), lib(step), rtol=1e-9), \
-                f"step {step}, d_model {d_model}, warmup {warmup}"
+def check_first_adam_update(first_adam_update) -> None:
+    """Exercise 2: one library Adam step, from gradients of very different scales (float32: rtol 1e-5)."""
+    for scale in (1e3, 1.0, 1e-4, 1e-10):
+        g = (np.random.default_rng(7).standard_normal((3, 4)) * scale).astype(np.float32)
+        param = nn.Parameter(np.zeros((3, 4), dtype=np.float32))
+        param.grad = g
+        optim.Adam([param], lr=0.01).step()
+        expected = param.numpy().astype(np.float64)
+        got = np.asarray(first_adam_update(g.astype(np.float64), 0.01, 1e-9), dtype=np.float64)
+        mt.assert_close(got, expected, name=f"first step for |g| ~ {scale:g}", rtol=1e-4, atol=1e-12)
 
 
-def check_adam_step(adam_step) -> None:
-    """Exercise 3: five steps against the library optimiser (paper constants and a non-default lr)."""
-    check_rng = np.random.default_rng(7)
-    start = check_rng.standard_normal((3, 2)).astype(np.float32)
-    lib_param = nn.Parameter(start.copy())
-    lib = optim.Adam([lib_param], lr=0.05)
-    p, m, v = start.astype(np.float64), np.zeros((3, 2)), np.zeros((3, 2))
-    for step in range(1, 6):
-        g = check_rng.standard_normal((3, 2)).astype(np.float32) * step
-        lib_param.grad = g
-        lib.step()
-        p, m, v = adam_step(p, g.astype(np.float64), m, v, step, 0.05, 0.9, 0.98, 1e-9)
-    mt.assert_close(np.asarray(p, dtype=np.float32), lib_param, name="adam_step after 5 steps")
+def check_warmup_for_peak(warmup_for_peak) -> None:
+    """Exercise 3: the schedule built with your warmup must peak at the asked rate, at that step."""
+    for d_model, peak in [(512, 7e-4), (1024, 5e-4), (64, 1e-2), (256, 3e-3)]:
+        warmup = int(warmup_for_peak(d_model, peak))
+        schedule = optim.NoamSchedule(d_model, warmup)
+        assert abs(schedule(warmup) / peak - 1) < 0.01, \
+            f"d_model {d_model}: warmup {warmup} peaks at {schedule(warmup):.3e}, not {peak:.3e}"
+
+
+def check_dropout_variance(dropout_variance) -> None:
+    """Exercise 4: against the measured variance of the library's dropout (200,000 draws per setting)."""
+    for x, p in [(1.0, 0.1), (3.0, 0.3), (-2.0, 0.5)]:
+        layer = nn.Dropout(p, rng=np.random.default_rng(int(10 * p)))
+        measured = layer(mt.tensor(np.full(200_000, x, dtype=np.float32))).numpy().var()
+        expected = float(dropout_variance(x, p))
+        assert abs(measured / expected - 1) < 0.05, f"x = {x}, p = {p}: measured {measured:.4f}, yours {expected:.4f}"
 
 
 # %% CHECK the checks: a wrong answer must fail them
-def _fails(check, wrong) -> bool:
-    try:
-        check(wrong)
-    except AssertionError:
-        return True
-    return False
-
-
-def _adam_no_bias_correction(p, g, m, v, step, lr, b1, b2, eps):
-    m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
-    return p - lr * m / (np.sqrt(v) + eps), m, v
-
-
-assert _fails(check_noam_lr, lambda step, d_model, warmup: d_model ** -0.5 * min(max(step, 1) ** -0.5, 1.0)), \
-    "check_noam_lr accepted a schedule without warm-up"
-assert _fails(check_adam_step, _adam_no_bias_correction), "check_adam_step accepted Adam without bias correction"
+assert fails(check_first_adam_update, lambda g, lr, eps: -lr * g), "accepted an SGD step"
+assert fails(check_warmup_for_peak, lambda d_model, peak: round(1 / (d_model * peak))), "accepted a wrong inverse"
+assert fails(check_dropout_variance, lambda x, p: x * x * p), "accepted the variance without the rescale"
 
 # %%
 if CHECK_SOLUTIONS:
-    import importlib
-    solutions = importlib.import_module("solutions.04_modules_adam_and_noam")
-    check_noam_lr(solutions.noam_lr)
-    check_adam_step(solutions.adam_step)
+    solutions = load_solutions("04_modules_adam_and_noam")
+    check_first_adam_update(solutions.first_adam_update)
+    check_warmup_for_peak(solutions.warmup_for_peak)
+    check_dropout_variance(solutions.dropout_variance)
     print("solutions OK")
 print("chapter 04 OK")

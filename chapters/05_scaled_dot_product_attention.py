@@ -10,13 +10,13 @@
 # %% [markdown]
 # # 05 · Scaled dot-product attention
 #
-# > "We call our particular attention "Scaled Dot-Product Attention" (Figure 2).
+# > We call our particular attention "Scaled Dot-Product Attention" (Figure 2).
 # > The input consists of queries and keys of dimension d_k, and values of
 # > dimension d_v. We compute the dot products of the query with all keys,
 # > divide each by √d_k, and apply a softmax function to obtain the weights on
-# > the values." (§3.2.1)
-# >
-# > Attention(Q, K, V) = softmax(QKᵀ / √d_k) V        (§3.2.1, Eq. (1))
+# > the values. (§3.2.1)
+#
+#     Attention(Q, K, V) = softmax(QKᵀ / √d_k) V        (§3.2.1, Eq. (1))
 #
 # Each query asks "which keys look like me?"; the softmax turns the similarity
 # scores into weights that are positive and sum to one; the output is the
@@ -27,23 +27,14 @@
 
 # %%
 import math
-import sys
-from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
 import minitensor as mt
+from _common import CHECK_SOLUTIONS, FAST, fails, load_solutions, show
 from transformer.attention import scaled_dot_product_attention
 
-FAST = "--fast" in sys.argv
-CHECK_SOLUTIONS = "--check-solutions" in sys.argv
-HERE = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
-OUT = HERE / "_out"
-OUT.mkdir(exist_ok=True)
 rng = np.random.default_rng(0)
 
 # %% [markdown]
@@ -139,12 +130,14 @@ assert (w_none.numpy() == 0).all(), "a fully blocked row gives zero weights, not
 # %% [markdown]
 # ## 4. Why divide by √d_k (footnote 4)
 #
-# > "We suspect that for large values of d_k, the dot products grow large in
+# > We suspect that for large values of d_k, the dot products grow large in
 # > magnitude, pushing the softmax function into regions where it has extremely
-# > small gradients. To illustrate why the dot products get large, assume that
-# > the components of q and k are independent random variables with mean 0 and
-# > variance 1. Then their dot product, q · k = Σ q_i k_i, has mean 0 and
-# > variance d_k." (§3.2.1, footnote 4)
+# > small gradients. (§3.2.1)
+#
+# > To illustrate why the dot products get large, assume that the components of
+# > q and k are independent random variables with mean 0 and variance 1. Then
+# > their dot product, q · k = Σ_{i=1}^{d_k} q_i k_i, has mean 0 and variance
+# > d_k. (§3.2.1, footnote 4)
 #
 # We measure both claims: the variance of q·k grows like d_k, and without the
 # scale the softmax saturates (its largest weight → 1), so its Jacobian, and
@@ -175,9 +168,7 @@ ax2.semilogx(dims, grad_raw, "o-", label="softmax(q·k): Σ|Jacobian|")
 ax2.semilogx(dims, grad_scaled, "o-", label="softmax(q·k/√d_k)")
 ax2.set_xlabel("d_k")
 ax2.legend()
-fig.tight_layout()
-fig.savefig(OUT / "05_sqrt_dk_scaling.png", dpi=100)
-plt.close(fig)
+show(fig, "05_sqrt_dk_scaling")
 print("Var(q·k):", [f"{x:.1f}" for x in variances])
 print("largest weight unscaled:", [f"{x:.2f}" for x in max_w_raw], " scaled:", [f"{x:.2f}" for x in max_w_scaled])
 
@@ -213,6 +204,7 @@ assert mt.gradcheck(lambda a, b, c: scaled_dot_product_attention(a, b, c, mask=c
 # ## Exercises
 # 1. **Predict, then run.** If you add the same constant to every score in a row (say, +100),
 #    what happens to that row's weights? What if every key is identical? Try it with `attention_numpy`.
+#    (Answer key: `PREDICT` in `chapters/solutions/05_scaled_dot_product_attention.py`.)
 # 2. Write `attention(q, k, v, mask)` in NumPy (Eq. (1), mask True = blocked, a fully blocked row
 #    gives zeros). `check_attention(fn)` compares it with the library.
 # 3. Write `attention_backward(q, k, v, dout)` returning `(dq, dk, dv)` for Eq. (1) without a mask,
@@ -246,14 +238,6 @@ def check_attention_backward(attention_backward) -> None:
 
 
 # %% CHECK the checks: a wrong answer must fail them
-def _fails(check, wrong) -> bool:
-    try:
-        check(wrong)
-    except (AssertionError, ValueError, FloatingPointError):
-        return True
-    return False
-
-
 def _unscaled(q, k, v, mask):                                       # forgot 1/√d_k
     s = np.where(mask, -np.inf, q @ k.swapaxes(-1, -2))
     w = np.exp(s - s.max(-1, keepdims=True))
@@ -267,13 +251,12 @@ def _backward_without_softmax(q, k, v, dout):                       # treats the
 
 
 with np.errstate(all="ignore"):
-    assert _fails(check_attention, _unscaled), "check_attention accepted attention without 1/√d_k"
-assert _fails(check_attention_backward, _backward_without_softmax), "check_attention_backward too weak"
+    assert fails(check_attention, _unscaled), "check_attention accepted attention without 1/√d_k"
+assert fails(check_attention_backward, _backward_without_softmax), "check_attention_backward too weak"
 
 # %%
 if CHECK_SOLUTIONS:
-    import importlib
-    solutions = importlib.import_module("solutions.05_scaled_dot_product_attention")
+    solutions = load_solutions("05_scaled_dot_product_attention")
     check_attention(solutions.attention)
     check_attention_backward(solutions.attention_backward)
     print("solutions OK")

@@ -10,18 +10,18 @@
 # %% [markdown]
 # # 06 · Multi-head attention
 #
-# > "Instead of performing a single attention function with d_model-dimensional
+# > Instead of performing a single attention function with d_model-dimensional
 # > keys, values and queries, we found it beneficial to linearly project the
 # > queries, keys and values h times with different, learned linear projections
-# > to d_k, d_k and d_v dimensions, respectively." (§3.2.2)
-# >
-# > MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,
-# > where head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)            (§3.2.2)
-# >
-# > "In this work we employ h = 8 parallel attention layers, or heads. For each
+# > to d_k, d_k and d_v dimensions, respectively. (§3.2.2)
+#
+#     MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,
+#     where head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)            (§3.2.2)
+#
+# > In this work we employ h = 8 parallel attention layers, or heads. For each
 # > of these we use d_k = d_v = d_model/h = 64. Due to the reduced dimension of
 # > each head, the total computational cost is similar to that of single-head
-# > attention with full dimensionality." (§3.2.2)
+# > attention with full dimensionality. (§3.2.2)
 #
 # One attention averages with one set of weights per query. Several heads can
 # look at several places at once (one at the previous word, one at the
@@ -34,15 +34,13 @@
 
 # %%
 import math
-import sys
 
 import numpy as np
 
 import minitensor as mt
+from _common import CHECK_SOLUTIONS, fails, load_solutions
 from transformer.attention import MultiHeadAttention
 
-FAST = "--fast" in sys.argv
-CHECK_SOLUTIONS = "--check-solutions" in sys.argv
 rng = np.random.default_rng(0)
 
 # %% [markdown]
@@ -109,9 +107,9 @@ assert not np.allclose(weights_loop[:, 0], weights_loop[:, 1], atol=1e-3), "diff
 # %% [markdown]
 # ## 3. Encoder-decoder attention: queries from one sequence, keys and values from another
 #
-# > "In "encoder-decoder attention" layers, the queries come from the previous
+# > In "encoder-decoder attention" layers, the queries come from the previous
 # > decoder layer, and the memory keys and values come from the output of the
-# > encoder." (§3.2.3)
+# > encoder. (§3.2.3)
 #
 # Nothing changes in the module but its second argument: the weights become
 # (B, H, T, S), one row per target position over the S source positions.
@@ -202,6 +200,7 @@ assert mt.gradcheck(lambda a, b, c: Attention.apply(a, b, c, heads=H)[0], q64, k
 # ## Exercises
 # 1. **Predict, then run.** How many parameters does `MultiHeadAttention(512, h, 512 // h, 512 // h)` have for
 #    h = 1, 8 and 16? Table 3 row (A) varies h at fixed cost: does the parameter count change?
+#    (Answer key: `PREDICT` in `chapters/solutions/06_multi_head_attention.py`.)
 # 2. Write `split_heads(x, h)`: (B, T, D) -> (B, h, T, D/h) with head i holding features i·D/h ... (i+1)·D/h − 1,
 #    and `merge_heads(x)`, its inverse. `check_split_merge(split, merge)` tests both.
 # 3. Write `multi_head_self_attention(x, wq, wk, wv, wo, h)` in NumPy without a loop over heads
@@ -231,14 +230,6 @@ def check_mhsa(multi_head_self_attention) -> None:
 
 
 # %% CHECK the checks: a wrong answer must fail them
-def _fails(check, *wrong) -> bool:
-    try:
-        check(*wrong)
-    except (AssertionError, ValueError):
-        return True
-    return False
-
-
 def _split_wrong(x, h):                                             # heads interleaved, not blocks
     B_, T_, D_ = x.shape
     return x.reshape(B_, T_, D_ // h, h).transpose(0, 3, 1, 2)
@@ -253,13 +244,12 @@ def _one_head(x, wq, wk, wv, wo, h):                                # ignores h
     return attention(x @ wq, x @ wk, x @ wv)[0] @ wo
 
 
-assert _fails(check_split_merge, _split_wrong, _merge_wrong), "check_split_merge accepted interleaved heads"
-assert _fails(check_mhsa, _one_head), "check_mhsa accepted single-head attention"
+assert fails(check_split_merge, _split_wrong, _merge_wrong), "check_split_merge accepted interleaved heads"
+assert fails(check_mhsa, _one_head), "check_mhsa accepted single-head attention"
 
 # %%
 if CHECK_SOLUTIONS:
-    import importlib
-    solutions = importlib.import_module("solutions.06_multi_head_attention")
+    solutions = load_solutions("06_multi_head_attention")
     check_split_merge(solutions.split_heads, solutions.merge_heads)
     check_mhsa(solutions.multi_head_self_attention)
     print("solutions OK")

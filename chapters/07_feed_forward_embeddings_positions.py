@@ -12,43 +12,35 @@
 #
 # Three small pieces complete a Transformer layer and its inputs.
 #
-# > "each of the layers in our encoder and decoder contains a fully connected
-# > feed-forward network, which is applied to each position separately and
-# > identically. This consists of two linear transformations with a ReLU
-# > activation in between. FFN(x) = max(0, xW₁ + b₁)W₂ + b₂" (§3.3, Eq. (2)),
-# > with d_model = 512 and inner dimension d_ff = 2048.
+# > In addition to attention sub-layers, each of the layers in our encoder and
+# > decoder contains a fully connected feed-forward network, which is applied to
+# > each position separately and identically. This consists of two linear
+# > transformations with a ReLU activation in between. (§3.3)
 #
-# > "we share the same weight matrix between the two embedding layers and the
-# > pre-softmax linear transformation ... In the embedding layers, we multiply
-# > those weights by √d_model." (§3.4)
+#     FFN(x) = max(0, xW₁ + b₁)W₂ + b₂        (§3.3, Eq. (2)), d_model = 512, d_ff = 2048
 #
-# > PE(pos, 2i) = sin(pos/10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos/10000^(2i/d_model))
-# > "We chose this function because we hypothesized it would allow the model to
+# > In our model, we share the same weight matrix between the two embedding
+# > layers and the pre-softmax linear transformation ... In the embedding
+# > layers, we multiply those weights by √d_model. (§3.4)
+#
+#     PE(pos, 2i) = sin(pos/10000^(2i/d_model)),  PE(pos, 2i+1) = cos(pos/10000^(2i/d_model))
+#
+# > We chose this function because we hypothesized it would allow the model to
 # > easily learn to attend by relative positions, since for any fixed offset k,
-# > PE_pos+k can be represented as a linear function of PE_pos." (§3.5)
+# > PE_pos+k can be represented as a linear function of PE_pos. (§3.5)
 #
 # Shapes: B batch, T positions, D = d_model, F = d_ff, V vocab, L = max_len.
 
 # %%
-import sys
-from pathlib import Path
-
-import matplotlib
-
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
 import minitensor as mt
+from _common import CHECK_SOLUTIONS, fails, load_solutions, show
 from transformer.embedding import Embeddings
 from transformer.feed_forward import PositionwiseFeedForward
 from transformer.positional import PositionalEncoding, sinusoid_table
 
-FAST = "--fast" in sys.argv
-CHECK_SOLUTIONS = "--check-solutions" in sys.argv
-HERE = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
-OUT = HERE / "_out"
-OUT.mkdir(exist_ok=True)
 rng = np.random.default_rng(0)
 
 # %% [markdown]
@@ -155,9 +147,7 @@ for dim in (0, 2, 10, 30):
     ax2.plot(pe[:, dim], label=f"dim {dim}")
 ax2.set_xlabel("position")
 ax2.legend()
-fig.tight_layout()
-fig.savefig(OUT / "07_positional_encoding.png", dpi=100)
-plt.close(fig)
+show(fig, "07_positional_encoding")
 
 # %% CHECK
 expected_pe0 = np.tile([0.0, 1.0], d_model // 2)
@@ -204,50 +194,50 @@ mt.assert_close((pe ** 2).sum(axis=1), np.full(max_len, d_model / 2), name="‖P
 # ## Exercises
 # 1. **Predict, then run.** Which positions have the same encoding in dimension pair i = 0
 #    (wavelength 2π)? Is there any pair of positions below 10,000 with identical *full* encodings?
-# 2. Write `sinusoids(max_len, d_model)` yourself (float64). `check_sinusoids(fn)` compares it with the library.
-# 3. Write `relative_rotation(k, d_model)` returning the (D, D) matrix M with PE(pos + k) = M PE(pos).
-#    `check_relative_rotation(fn)` tests it for several offsets, including negative ones.
+#    (Answer key: `PREDICT` in `chapters/solutions/07_feed_forward_embeddings_positions.py`.)
+# 2. tensor2tensor (the paper's code) lays the same sinusoids out **concatenated**, all sines then all
+#    cosines: [sin(pos·ω_0) … sin(pos·ω_{D/2−1}) | cos(pos·ω_0) … cos(pos·ω_{D/2−1})], not interleaved.
+#    Write `concat_permutation(d_model)`: the index array `perm` with `concatenated = table[:, perm]` for the
+#    paper's `table`. Then explain why a model cannot tell the two layouts apart (the check shows one
+#    identity you need). `check_concat_permutation(fn)` tests it.
+# 3. Relative positions: show that PE(p)·PE(p + k) does not depend on p, and write `pe_dot(k, d_model)`,
+#    its closed form as a sum over the D/2 frequencies. `check_pe_dot(fn)` compares it with the table.
 
 # %%
-def check_sinusoids(fn) -> None:
-    """Exercise 2: against transformer.positional.sinusoid_table."""
-    for L, Dm in [(50, 8), (17, 64)]:
-        got = np.asarray(fn(L, Dm))
-        assert got.shape == (L, Dm), f"shape {got.shape}"
-        mt.assert_close(got.astype(np.float32), sinusoid_table(L, Dm), name=f"sinusoids({L}, {Dm})", atol=1e-6)
+def check_concat_permutation(concat_permutation) -> None:
+    """Exercise 2: the permuted table is the concatenated layout, and a linear layer cannot tell them apart."""
+    for L, Dm in [(50, 8), (64, 32)]:
+        perm = np.asarray(concat_permutation(Dm))
+        table = sinusoid_table(L, Dm).astype(np.float64)
+        omega = 10000.0 ** (-np.arange(0, Dm, 2) / Dm)                          # the paper's frequencies
+        angle = np.arange(L)[:, None] * omega[None, :]
+        mt.assert_close(table[:, perm], np.concatenate([np.sin(angle), np.cos(angle)], axis=1),
+                        name=f"concatenated layout, D = {Dm}", atol=1e-6)
+        W = np.random.default_rng(Dm).standard_normal((Dm, 5))
+        # a first layer W reading the concatenated layout = the layer W[argsort(perm)] reading the paper's
+        mt.assert_close(table[:, perm] @ W, table @ W[np.argsort(perm)], name="same products, rows of W permuted")
 
 
-def check_relative_rotation(fn) -> None:
-    """Exercise 3: M_k maps every row of the table k positions on."""
-    table64 = sinusoid_table(300, 32).astype(np.float64)
-    for k in (1, 5, 40, -3):
-        M = np.asarray(fn(k, 32))
-        lo, hi = max(0, -k), 300 - max(0, k)
-        mt.assert_close(table64[lo:hi] @ M.T, table64[lo + k:hi + k], name=f"rotation by {k}", atol=1e-5)
+def check_pe_dot(pe_dot) -> None:
+    """Exercise 3: against dot products of table rows, for several positions p, offsets k (also negative)."""
+    for Dm in (8, 64):
+        table = sinusoid_table(400, Dm).astype(np.float64)
+        for k in (0, 1, 7, 50, -13):
+            for p in (20, 100, 300):
+                got = float(pe_dot(k, Dm))
+                assert abs(got - table[p] @ table[p + k]) < 1e-4, f"D = {Dm}, p = {p}, k = {k}: {got:.5f}"
 
 
 # %% CHECK the checks: a wrong answer must fail them
-def _fails(check, wrong) -> bool:
-    try:
-        check(wrong)
-    except AssertionError:
-        return True
-    return False
-
-
-def _swapped_sin_cos(L, Dm):                                       # cos on even, sin on odd
-    t = sinusoids(L, Dm)
-    return np.stack([t[:, 1::2], t[:, 0::2]], axis=-1).reshape(L, Dm)
-
-
-assert _fails(check_sinusoids, _swapped_sin_cos), "check_sinusoids accepted swapped sin/cos"
-assert _fails(check_relative_rotation, lambda k, Dm: rotation_for_offset(k, Dm).T), "accepted the inverse rotation"
+assert fails(check_concat_permutation, lambda Dm: np.arange(Dm)), "accepted the interleaved layout"
+assert fails(check_concat_permutation, lambda Dm: np.concatenate([np.arange(1, Dm, 2), np.arange(0, Dm, 2)])), \
+    "accepted cosines first"
+assert fails(check_pe_dot, lambda k, Dm: Dm / 2 * np.cos(k)), "accepted one frequency for all pairs"
 
 # %%
 if CHECK_SOLUTIONS:
-    import importlib
-    solutions = importlib.import_module("solutions.07_feed_forward_embeddings_positions")
-    check_sinusoids(solutions.sinusoids)
-    check_relative_rotation(solutions.relative_rotation)
+    solutions = load_solutions("07_feed_forward_embeddings_positions")
+    check_concat_permutation(solutions.concat_permutation)
+    check_pe_dot(solutions.pe_dot)
     print("solutions OK")
 print("chapter 07 OK")

@@ -10,9 +10,9 @@
 # %% [markdown]
 # # 09 · Label smoothing and the loss
 #
-# > "Label Smoothing: During training, we employed label smoothing of value
-# > ε_ls = 0.1. This hurts perplexity, as the model learns to be more unsure,
-# > but improves accuracy and BLEU score." (§5.4)
+# > During training, we employed label smoothing of value ε_ls = 0.1. This
+# > hurts perplexity, as the model learns to be more unsure, but improves
+# > accuracy and BLEU score. (§5.4)
 #
 # The plain loss is cross-entropy against a one-hot target: −log p(gold). Label
 # smoothing replaces the one-hot with a softer distribution q that keeps 1 − ε
@@ -26,23 +26,13 @@
 # Shapes: B batch, T target length, V vocab, N = B·T rows.
 
 # %%
-import sys
-from pathlib import Path
-
-import matplotlib
-
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
 import minitensor as mt
+from _common import CHECK_SOLUTIONS, fails, load_solutions, show
 from transformer.loss import LabelSmoothingLoss, closed_form_smoothed_loss
 
-FAST = "--fast" in sys.argv
-CHECK_SOLUTIONS = "--check-solutions" in sys.argv
-HERE = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
-OUT = HERE / "_out"
-OUT.mkdir(exist_ok=True)
 rng = np.random.default_rng(0)
 PAD = 0
 
@@ -105,7 +95,10 @@ mt.assert_close(float(lib.nll_sum), -gold_logp[targets != PAD].sum(), name="true
 #     −Σ_j q_j log p_j = lse − (1 − ε) z_gold − ε/(V − 2) · (Σ_j z_j − z_gold − z_pad)
 #
 # One pass over the row (a max, a sum of exps, a plain sum) and no q: that is
-# what `closed_form_smoothed_loss` and the fused cross-entropy kernel compute.
+# what `closed_form_smoothed_loss` and the fused cross-entropy kernel compute
+# (`LabelSmoothingLoss(..., impl="fused")`; the default `impl="composed"` builds q
+# as above, with Tensor ops). From chapter 10 on, `transformer.LabelSmoothingLoss`
+# is the loss every training loop calls.
 # The gradient with respect to the logits is just `softmax(z) − q` per token,
 # divided by the token count; autograd through the library loss must say so.
 
@@ -153,9 +146,7 @@ ax.axvline(best_margin, color="gray", ls="--", label="optimum for ε_ls = 0.1")
 ax.set_xlabel("gold logit − other logits")
 ax.set_ylabel("loss per token")
 ax.legend()
-fig.tight_layout()
-fig.savefig(OUT / "09_label_smoothing_optimum.png", dpi=100)
-plt.close(fig)
+show(fig, "09_label_smoothing_optimum")
 print(f"ε=0.1: best margin {margins[curves[0.1].argmin()]:.2f} (closed form {best_margin:.2f}), "
       f"min loss {curves[0.1].min():.4f} (entropy of q {entropy_q:.4f})")
 
@@ -173,53 +164,69 @@ assert abs(curves[0.1].min() - entropy_q) < 1e-3, "the minimum smoothed loss is 
 # ## Exercises
 # 1. **Predict, then run.** For the base model's vocabulary (V = 37,000) and ε = 0.1, what is the smallest
 #    smoothed loss per token any model can reach? Estimate it, then compute H(q).
-# 2. Write `smoothed_loss(logits, targets, eps, pad)` using the closed form only (no (N, V) q).
-#    `check_smoothed_loss(fn)` compares it with the library.
-# 3. Write `optimal_margin(eps, V)`: the gold-minus-others logit gap at which the smoothed loss is smallest
-#    (all other logits equal, padding's at −∞). `check_optimal_margin(fn)` tests it by direct minimisation.
+#    (Answer key: `PREDICT` in `chapters/solutions/09_label_smoothing_and_loss.py`.)
+# 2. Many libraries spread ε differently: q_j = ε/V on **every** token, the gold one included, plus 1 − ε on
+#    gold (no special case for padding as a class; padding *targets* still count for nothing). Derive the
+#    closed form of −Σ_j q_j log p_j under this rule (no q matrix) and write
+#    `uniform_smoothed_loss(logits, targets, eps, pad)`, the mean over non-pad tokens.
+#    `check_uniform_smoothed_loss(fn)` compares it with a dense q.
+# 3. Under that rule, what is the smallest loss per token a model can reach, as a closed form in ε and V?
+#    Write `uniform_min_loss(eps, V)`. `check_uniform_min_loss(fn)` minimises the loss directly.
 
 # %%
-def check_smoothed_loss(smoothed_loss) -> None:
-    """Exercise 2: against LabelSmoothingLoss on random logits with padding."""
+def _uniform_q(targets, V, eps):
+    """The other spreading rule, built densely: ε/V everywhere, plus 1 − ε on gold."""
+    q = np.full((len(targets), V), eps / V)
+    q[np.arange(len(targets)), targets] += 1 - eps
+    return q
+
+
+def check_uniform_smoothed_loss(uniform_smoothed_loss) -> None:
+    """Exercise 2: against −Σ q log p with a dense q, on random logits with padding."""
     check_rng = np.random.default_rng(21)
     for e in (0.0, 0.1, 0.3):
         z = check_rng.standard_normal((2, 6, 9)) * 3
         t = check_rng.integers(1, 9, size=(2, 6))
         t[1, 2:] = PAD
-        ref = LabelSmoothingLoss(eps_ls=e, pad_id=PAD)(mt.tensor(z, dtype="float64"), t).loss.item()
-        assert np.isclose(float(smoothed_loss(z, t, e, PAD)), ref, rtol=1e-9), f"ε = {e}"
+        keep = t.reshape(-1) != PAD
+        rows = -(_uniform_q(t.reshape(-1), 9, e) * log_softmax(z.reshape(-1, 9))).sum(axis=1)
+        expected = rows[keep].mean()
+        assert np.isclose(float(uniform_smoothed_loss(z, t, e, PAD)), expected, rtol=1e-9), f"ε = {e}"
 
 
-def check_optimal_margin(optimal_margin) -> None:
-    """Exercise 3: compare with a grid search of the dense loss."""
-    for e, Vc in [(0.1, 100), (0.2, 10), (0.05, 1000)]:
-        grid = np.linspace(0, 20, 4001)
-        values = []
-        for m in grid:
-            z = np.zeros((1, 1, Vc))
-            z[..., 1], z[..., PAD] = m, -1e9
-            values.append(smoothed_loss_dense(z, np.array([[1]]), e, PAD))
-        assert abs(optimal_margin(e, Vc) - grid[int(np.argmin(values))]) < 0.01, f"ε = {e}, V = {Vc}"
+def check_uniform_min_loss(uniform_min_loss) -> None:
+    """Exercise 3: the loss at p = q (its minimum) for a few ε and V, and no lower value on a grid of margins."""
+    for e, Vc in [(0.1, 100), (0.2, 10), (0.05, 37000)]:
+        q = _uniform_q(np.array([1]), Vc, e)[0]
+        at_q = -(q * np.log(q)).sum()
+        margins = np.linspace(0, 25, 2001)
+        lse = np.logaddexp(margins, np.log(Vc - 1))                 # gold logit = margin, the other V − 1 at 0
+        grid = lse - (1 - e + e / Vc) * margins                    # −Σ q log p with Σ_j q_j z_j = (1 − ε + ε/V)·margin
+        got = float(uniform_min_loss(e, Vc))
+        assert abs(got - at_q) < 1e-9, f"ε = {e}, V = {Vc}: {got:.6f}, the loss at p = q is {at_q:.6f}"
+        assert grid.min() >= got - 1e-9, f"ε = {e}, V = {Vc}: a margin reaches {grid.min():.6f} < {got:.6f}"
 
 
 # %% CHECK the checks: a wrong answer must fail them
-def _fails(check, wrong) -> bool:
-    try:
-        check(wrong)
-    except AssertionError:
-        return True
-    return False
+def _uniform_loss_forgets_gold_share(z, t, e, pad):                # the ε/V on gold left out
+    Vz = z.shape[-1]
+    flat, tt = z.reshape(-1, Vz), t.reshape(-1)
+    lse = np.logaddexp.reduce(flat, axis=1)
+    gold = flat[np.arange(len(tt)), tt]
+    rows = lse - (1 - e) * gold - e / Vz * (flat.sum(axis=1) - gold)
+    return rows[tt != pad].mean()
 
 
-assert _fails(check_smoothed_loss, lambda z, t, e, pad: smoothed_loss_dense(z, t, e, pad) * (t != pad).sum() / t.size), \
-    "accepted a loss averaged over padding too"
-assert _fails(check_optimal_margin, lambda e, Vc: np.log((1 - e) / e)), "accepted a margin that ignores V"
+assert fails(check_uniform_smoothed_loss, _uniform_loss_forgets_gold_share), "accepted ε/V missing on gold"
+assert fails(check_uniform_smoothed_loss, lambda z, t, e, pad: smoothed_loss_dense(z, t, e, pad)), \
+    "accepted this chapter's ε/(V − 2) rule"
+assert fails(check_uniform_min_loss, lambda e, Vc: -(1 - e) * np.log(1 - e) - e * np.log(e / (Vc - 1))), \
+    "accepted the entropy of a q without the gold share"
 
 # %%
 if CHECK_SOLUTIONS:
-    import importlib
-    solutions = importlib.import_module("solutions.09_label_smoothing_and_loss")
-    check_smoothed_loss(solutions.smoothed_loss)
-    check_optimal_margin(solutions.optimal_margin)
+    solutions = load_solutions("09_label_smoothing_and_loss")
+    check_uniform_smoothed_loss(solutions.uniform_smoothed_loss)
+    check_uniform_min_loss(solutions.uniform_min_loss)
     print("solutions OK")
 print("chapter 09 OK")

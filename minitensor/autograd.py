@@ -132,10 +132,15 @@ def toposort(root) -> list:
     return order
 
 
-def backward(root, grad_out=None) -> None:
+def backward(root, grad_out=None, on_leaf_done=None) -> None:
     """Accumulate d(root)/d(leaf) into every leaf's `.grad` (leaves add up with +).
 
-    The graph is freed as it is consumed, so call backward once per forward.
+    `on_leaf_done(leaf)`, if given, is called once for every leaf the walk reaches, as soon
+    as this backward has added everything it will to `leaf.grad`: toposort puts a node after
+    all its consumers in the reversed walk, so a leaf is reached exactly once, last. A
+    data-parallel trainer starts all-reducing a group of gradients there, while the rest
+    of the backward pass still runs. The graph is freed as it is consumed, so call
+    backward once per forward.
     """
     if not root.requires_grad:
         raise RuntimeError("backward() on a tensor that does not require grad "
@@ -148,10 +153,13 @@ def backward(root, grad_out=None) -> None:
     grads = {id(start): grad_out}
     for node in reversed(toposort(start)):
         grad = grads.pop(id(node), None)
-        if grad is None:
-            continue
         if not isinstance(node, Context):  # a leaf: accumulate, out of place so no gradient array is shared and mutated
-            node.grad = grad if node.grad is None else node.grad + grad
+            if grad is not None:
+                node.grad = grad if node.grad is None else node.grad + grad
+            if on_leaf_done is not None:
+                on_leaf_done(node)          # every consumer is done: node.grad is final for this backward
+            continue
+        if grad is None:
             continue
         if node.consumed:
             raise RuntimeError("backward through a graph that was already freed: "
@@ -169,5 +177,5 @@ def backward(root, grad_out=None) -> None:
                 raise RuntimeError(f"bug in {node.function.__name__}.backward: gradient shape "
                                    f"{g.shape} for an input of shape {shape}")
             key = id(parent)
-            grads[key] = g if key not in grads else grads[key] + g
+            grads[key] = g if key not in grads else node.backend.add(grads[key], g)   # bf16 too
         node.saved, node.params, node.consumed = (), None, True  # free what it kept as soon as it is used

@@ -87,9 +87,13 @@ class Adam(Optimizer):
     gradients (`gather_grads`) plus one fused `adam_step` kernel call, not one
     call per parameter. A parameter whose `.data` was replaced (load_state_dict, .to())
     is copied back into the buffer on the next step. A missing gradient counts as zero.
+
+    Mixed precision: with `half_dtype` (float16 or bf16, the model's activation dtype) the
+    kernel also writes each updated parameter rounded to it, into one more flat buffer whose
+    views the parameters hand to the forward pass (Parameter.half): no weight is cast per step.
     """
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.98), eps: float = 1e-9):
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.98), eps: float = 1e-9, half_dtype=None):
         super().__init__(params, lr)
         self.beta1, self.beta2 = betas
         self.eps = eps
@@ -104,8 +108,16 @@ class Adam(Optimizer):
         self.m = xp.zeros(self.offsets[-1], dtype=self.dtype)
         self.v = xp.zeros(self.offsets[-1], dtype=self.dtype)
         self.views = [None] * len(self.params)
-        self._flat_grad = None
+        self._flat_grad, self._gathered = None, []
         self._adopt_parameters()
+        self.half = None                                      # the half-precision copy of `flat`, if asked for
+        if half_dtype is not None and np.dtype(half_dtype) != self.dtype:
+            self.half = self.backend.cast(self.flat, half_dtype)
+            self._share_half()
+
+    def _share_half(self) -> None:
+        for i, p in enumerate(self.params):
+            p.set_half(self._slice(self.half, i))
 
     def _slice(self, buffer, i):
         return buffer[self.offsets[i]:self.offsets[i + 1]].reshape(self.params[i].shape)
@@ -118,29 +130,52 @@ class Adam(Optimizer):
                 view[...] = p.data
                 p.data = self.views[i] = view
 
-    def gather_grads(self):
+    def gather_grads(self, first: int = 0, last: int | None = None):
         """Every gradient in one flat array of the parameters' dtype, laid out like them (zeros where missing).
 
-        One concatenation per step, done on the first call after `zero_grad()`: the loss
-        scaler, the finiteness check and clipping then work in place on this one array
-        (one kernel each instead of one per parameter), and `step()` uses it as it finds it.
+        Copies the gradients of parameters [first, last) (all by default) that are not in it
+        yet, once per step (after `zero_grad()`), and returns the whole array: the loss scaler,
+        the finiteness check and clipping then work in place on this one array (one kernel
+        each instead of one per parameter), and `step()` uses it as it finds it. A
+        data-parallel trainer gathers contiguous ranges as their gradients become final and
+        all-reduces each range in place.
         """
+        xp = self.backend.xp
         if self._flat_grad is None:
-            xp = self.backend.xp
-            grads = [(xp.zeros(p.size, self.dtype) if p.grad is None else p.grad.reshape(-1)) for p in self.params]
-            self._flat_grad = xp.concatenate(grads).astype(self.dtype, copy=False)
+            self._flat_grad = xp.empty(self.offsets[-1], dtype=self.dtype)
+            self._gathered = [False] * len(self.params)
+        last = len(self.params) if last is None else last
+        i = first
+        while i < last:
+            if self._gathered[i]:
+                i += 1
+                continue
+            j = i
+            while j < last and not self._gathered[j]:  # a run of parameters not gathered yet: one concatenation
+                j += 1
+            grads = [(xp.zeros(p.size, self.dtype) if p.grad is None else p.grad.reshape(-1)) for p in self.params[i:j]]
+            xp.concatenate(grads, out=self._flat_grad[self.offsets[i]:self.offsets[j]])
+            self._gathered[i:j] = [True] * (j - i)
+            i = j
         return self._flat_grad
 
     def zero_grad(self) -> None:
         super().zero_grad()
         self._flat_grad = None
 
+    def flat_parameters(self):
+        """The one flat buffer every parameter is a view of (what a data-parallel start broadcasts)."""
+        self._adopt_parameters()
+        return self.flat
+
     def step(self) -> None:
         self.step_count += 1
         self._adopt_parameters()
         self.backend.adam_step(self.flat, self.gather_grads(), self.m, self.v, self.current_lr(),
-                               self.beta1, self.beta2, self.eps, self.step_count)
+                               self.beta1, self.beta2, self.eps, self.step_count, half=self.half)
         self._flat_grad = None
+        if self.half is not None:
+            self._share_half()                                # a parameter adopted above dropped its copy
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Moments by parameter name plus the step, as NumPy arrays (checkpoint-ready)."""

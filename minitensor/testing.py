@@ -8,13 +8,17 @@ from __future__ import annotations
 import numpy as np
 
 from .autograd import no_grad
+from .dtypes import BF16
+from .kernels.bf16_cast.reference import bf16_to_float32
 
 # dtype -> (atol, rtol). float32 kernels must match the float64 reference to
-# 1e-5 relative; float16 only to its ~3 significant digits.
+# 1e-5 relative; float16 only to its ~3 significant digits, bfloat16 (uint16 bits, see
+# minitensor/dtypes.py; compared as the numbers they hold) to its ~2.4.
 TOLERANCES = {
     np.dtype(np.float64): (1e-10, 1e-8),
     np.dtype(np.float32): (1e-6, 1e-5),
     np.dtype(np.float16): (1e-3, 1e-2),
+    BF16: (4e-3, 1.6e-2),
 }
 
 
@@ -29,7 +33,8 @@ def _numpy(x) -> np.ndarray:
 def assert_close(actual, expected, name: str = "value", dtype=None, atol=None, rtol=None, skip=None):
     """Raise AssertionError naming the worst element unless actual ≈ expected.
 
-    Tolerances come from TOLERANCES for `dtype` (default: actual's dtype).
+    Tolerances come from TOLERANCES for `dtype` (default: actual's dtype). uint16 arrays are
+    bfloat16 bits (minitensor/dtypes.py) and are compared as the numbers they hold.
     Entries where `skip` is True are not compared; non-finite expected entries
     must be matched exactly (same inf, or nan for nan).
     """
@@ -37,6 +42,7 @@ def assert_close(actual, expected, name: str = "value", dtype=None, atol=None, r
     if a.shape != e.shape:
         raise AssertionError(f"{name}: shape {a.shape} != expected {e.shape}")
     default_atol, default_rtol = TOLERANCES.get(np.dtype(dtype or a.dtype), TOLERANCES[np.dtype(np.float32)])
+    a, e = (bf16_to_float32(v) if v.dtype == BF16 else v for v in (a, e))   # bf16 bits -> their values
     atol = default_atol if atol is None else atol
     rtol = default_rtol if rtol is None else rtol
     a64, e64 = a.astype(np.float64), e.astype(np.float64)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import minitensor as mt
-from minitensor.autograd import Function, is_grad_enabled
+from minitensor.autograd import Function, backward, is_grad_enabled
 
 
 def test_backward_of_deep_chain_does_not_hit_recursion_limit():
@@ -30,6 +30,22 @@ def test_leaf_grads_accumulate_across_backward_calls_until_zeroed():
     x.grad = None
     (x * 3).sum().backward()
     assert x.grad[0] == 3.0
+
+
+def test_on_leaf_done_fires_once_per_leaf_when_its_gradient_is_final():
+    """The data-parallel hook: a leaf used early and late in the graph is reported once, after its last use."""
+    rng = np.random.default_rng(0)
+    w1, w2, b = (mt.tensor(rng.standard_normal(shape), requires_grad=True, dtype="float64")
+                 for shape in ((3, 3), (3, 3), (3,)))
+    x = mt.tensor(rng.standard_normal((2, 3)), dtype="float64")
+    h = ((x @ w1 + b).tanh() @ w2 + b).tanh() @ w1          # w1 and b: first and last layers both use them
+    seen = []
+    backward((h * h).sum(), on_leaf_done=lambda leaf: seen.append((leaf, leaf.grad.copy())))
+    assert [id(leaf) for leaf, _ in seen].count(id(w1)) == 1 and len(seen) == 3
+    for leaf, grad_then in seen:
+        np.testing.assert_array_equal(grad_then, leaf.grad)  # nothing was added after the report
+    order = [id(leaf) for leaf, _ in seen]
+    assert order.index(id(w2)) < order.index(id(w1))        # w2 is done before backward reaches the first layer
 
 
 def test_no_grad_records_nothing_and_restores_on_exception():

@@ -1,10 +1,16 @@
-"""Paper anchors (`§3.2.1`, `Eq. (1)`, `Table 3`, `Figure 2`) in code, chapters and notes must exist in the paper.
+"""Paper anchors (`§3.2.1`, `Eq. (1)`, `Table 3`, `Figure 2`) in code, chapters and notes must exist in the paper,
+and the chapters' quotations must be the paper's words, attributed to the right section.
 
 The allowed anchors live in tests/paper_anchors.toml, copied from ../shared/PAPER_MAP.md.
 A line that cites another paper's numbering can opt out with the marker `anchors: ignore`.
 REPRODUCTION_NOTES.md, when present, must point its "code" column at files and symbols that exist.
+The paper's sentences live in tests/paper_sentences.txt ("§section | sentence"); a chapter quotation
+(a `# >` blockquote ending in "(§x ...)", or an inline "..." next to a §) must appear there verbatim,
+"..." marking omissions, under a section it names.
 """
 
+import bisect
+import itertools
 import re
 import tomllib
 from pathlib import Path
@@ -12,6 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+SENTENCES = ROOT / "tests" / "paper_sentences.txt"
 SCANNED_DIRS = ("minitensor", "transformer", "train", "chapters")
 NOTES = ROOT / "REPRODUCTION_NOTES.md"
 PAPER_MAP = ROOT / ".." / "shared" / "PAPER_MAP.md"
@@ -112,6 +119,68 @@ def broken_code_refs(markdown: str, where: str, root: Path) -> list[str]:
     return problems
 
 
+def load_sentences(path: Path = SENTENCES) -> dict[str, str]:
+    """{section: its listed sentences joined by single spaces, in order}."""
+    sections: dict[str, list[str]] = {}
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        match = re.fullmatch(r"§(\d+(?:\.\d+)*) \| (.+)", line)
+        assert match, f"{path.name}:{lineno}: expected '§section | sentence', got {line!r}"
+        sections.setdefault(match.group(1), []).append(match.group(2).strip())
+    return {section: " ".join(sentences) for section, sentences in sections.items()}
+
+
+def _normalise(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def quotations(text: str) -> list[tuple[int, str, list[str]]]:
+    """(line, quoted text, cited sections) for every quotation in a chapter's comment lines.
+
+    Blockquotes: consecutive `# >` lines, ending in an attribution "(§x ...)" that names the sections.
+    Inline: "quoted words" (§x ...), or §x: "quoted words" / (§x, "quoted words").
+    """
+    found, lines = [], text.splitlines()
+    i = 0
+    while i < len(lines):
+        if not lines[i].startswith("# >"):
+            i += 1
+            continue
+        start, block = i, []
+        while i < len(lines) and lines[i].startswith("# >"):
+            block.append(lines[i][3:])
+            i += 1
+        quote = _normalise(" ".join(block))
+        attribution = re.search(r"\((§[^()]*(?:\([^()]*\)[^()]*)*)\)$", quote)
+        sections = re.findall(r"§(\d+(?:\.\d+)*)", attribution.group(1)) if attribution else []
+        found.append((start + 1, quote[:attribution.start()].strip() if attribution else quote, sections))
+    prose = [(n, line[2:]) for n, line in enumerate(lines, start=1) if line.startswith("# ") and not line.startswith("# >")]
+    joined = " ".join(line for _, line in prose)
+    starts = list(itertools.accumulate([0] + [len(line) + 1 for _, line in prose]))
+    for pattern in (r'"([^"]{12,}?)"\s*\(§(\d+(?:\.\d+)*)', r'§(\d+(?:\.\d+)*)[,:]\s*"([^"]{12,}?)"'):
+        for match in re.finditer(pattern, joined):
+            words, section = match.groups() if pattern.startswith('"') else match.groups()[::-1]
+            lineno = prose[bisect.bisect_right(starts, match.start()) - 1][0]
+            found.append((lineno, _normalise(words), [section]))
+    return found
+
+
+def misquotes(text: str, where: str, sentences: dict[str, str]) -> list[str]:
+    """'where:line: ...' for each quotation (or part between "...") not found verbatim under its sections."""
+    problems = []
+    for lineno, quote, sections in quotations(text):
+        if not sections:
+            problems.append(f"{where}:{lineno}: quotation without an attribution '(§x)': {quote[:60]!r}")
+            continue
+        pool = " ".join(sentences.get(section, "") for section in sections)
+        for part in re.split(r"\s*(?:\.\.\.|…)\s*", quote):
+            part = part.strip().strip('"').strip()
+            if part and part not in pool:
+                problems.append(f"{where}:{lineno}: not the paper's words under §{', §'.join(sections)}: {part[:80]!r}")
+    return problems
+
+
 # --- the checks on the repository -------------------------------------------------------------
 
 
@@ -121,6 +190,22 @@ def test_every_anchor_in_the_repo_exists_in_the_paper():
     for path in scanned_files():
         problems += bad_anchors(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)), allowed)
     assert not problems, "anchors that are not in the paper (see ../shared/PAPER_MAP.md):\n" + "\n".join(problems)
+
+
+def test_chapter_quotations_are_the_papers_words():
+    sentences = load_sentences()
+    problems, count = [], 0
+    for path in sorted((ROOT / "chapters").glob("[0-9][0-9]_*.py")):
+        text = path.read_text(encoding="utf-8")
+        count += len(quotations(text))
+        problems += misquotes(text, str(path.relative_to(ROOT)), sentences)
+    assert count >= 20, f"only {count} quotations found in the chapters: is the scanner broken?"
+    assert not problems, "quotations that are not in tests/paper_sentences.txt:\n" + "\n".join(problems)
+
+
+def test_sentence_list_sections_exist_in_the_paper():
+    allowed = load_allowed()["sections"]
+    assert set(load_sentences()) <= allowed, set(load_sentences()) - allowed
 
 
 def test_reproduction_notes_point_at_real_code():
@@ -171,6 +256,23 @@ def test_scanner_accepts_valid_anchors_and_ignore_marker():
     assert bad_anchors(text, "x.py", allowed) == []
     kinds = [(k, n) for _, k, n, _ in anchors_in(text)]
     assert ("figures", "4") in kinds and ("sections", "3.2") in kinds
+
+
+def test_quote_checker_catches_altered_and_misattributed_quotes():
+    sentences = {"3.1": "The encoder is composed of a stack of N = 6 identical layers. Each layer has two sub-layers.",
+                 "5.4": "We apply dropout to the output of each sub-layer, before it is added to the sub-layer input "
+                        "and normalized."}
+    good = ("# > The encoder is composed of a stack of N = 6\n# > identical layers. ... Each layer has two "
+            "sub-layers. (§3.1)\n# the paper says \"We apply dropout to the output of each sub-layer\" (§5.4).\n")
+    assert misquotes(good, "x.py", sentences) == []
+    assert [q[2] for q in quotations(good)] == [["3.1"], ["5.4"]]
+    altered = good.replace("N = 6", "N = 8")
+    assert misquotes(altered, "x.py", sentences)[0].startswith("x.py:1: not the paper's words under §3.1")
+    misattributed = good.replace("(§5.4)", "(§3.1)")
+    assert misquotes(misattributed, "x.py", sentences) == [
+        "x.py:3: not the paper's words under §3.1: 'We apply dropout to the output of each sub-layer'"]
+    unattributed = "# > The encoder is composed of a stack of N = 6 identical layers.\n"
+    assert "without an attribution" in misquotes(unattributed, "x.py", sentences)[0]
 
 
 def test_code_ref_checker_catches_missing_files_and_symbols(tmp_path):

@@ -1,14 +1,20 @@
 """The command line: `python -m train [command] ...` (the project's only CLI).
 
     python -m train                                   the built-in demo, end to end (CPU, minutes)
-    python -m train fit --config configs/X.toml [--set k=v ...] [--run-dir DIR] [--force]
-                        [--reset-optimizer] [--backend numpy|numba|cupy|cpu|cuda]
-    python -m train translate --ckpt CKPT [--beam 4 --alpha 0.6] < input.txt > output.txt
+    python -m train prepare --config configs/X.toml [--data-dir runs/prepared] [--workers N]
+    python -m train fit --config configs/X.toml [--set k=v ...] [--run-dir DIR] [--data-dir DIR] [--force]
+                        [--reset-optimizer] [--patience N] [--backend numpy|numba|cupy|cpu|cuda]
+    python -m train translate --ckpt CKPT [--beam 4 --alpha 0.6] [--nbest K] < input.txt > output.txt
+    python -m train translate --ckpt CKPT --input FILE --output FILE [--force]
     python -m train evaluate --ckpt CKPT --src SRC --ref REF      sacreBLEU + signature, chrF, paper BLEU
-    python -m train average --last 5 RUN_DIR [--out PATH]          §6.1 checkpoint averaging
+    python -m train average RUN_DIR [--last K] [--out PATH]        §6.1 checkpoint averaging
     python -m train plot RUN_DIR                                   PNG curves (+ attention heat-map)
-    python -m train bench [--backend cpu|numpy|cuda] [--precision fp32|fp16]   one step, ours vs PyTorch
+    python -m train export-tensorboard RUN_DIR                     metrics.jsonl as TensorBoard scalars
+    python -m train bench [--backend cpu|numpy|cuda] [--precision fp32|bf16|fp16]   one step, ours vs PyTorch
+    python -m train scale [--backend cpu|cuda] [--step-ms MS] [--link nvlink4|pcie5|GBPS]   1-8 GPU projection
     python -m train doctor                                         versions, devices, backends
+    python -m train ablate --grid table3 --config configs/X.toml [--rows A,D] [--steps N] [--list]
+                                                                   Table 3's variations, ours beside the paper
     python -m train evalb GOLD TEST [--prm COLLINS.prm]            EVALB bracket scores (§6.3)
     python -m train parse-eval --ckpt CKPT --gold GOLD             parse, EVALB, right-branching baseline
 
@@ -66,20 +72,43 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_debug(demo)
 
+    prepare = commands.add_parser(
+        "prepare", help="train the tokenizer and encode the corpus into the shared data directory (fit does it too)")
+    prepare.add_argument("--config", type=Path, required=True, help="TOML run config, e.g. configs/demo.toml")
+    prepare.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                         help="override a config value, e.g. task.train_src=/data/train.en (repeatable)")
+    prepare.add_argument("--data-dir", type=Path, default=Path("runs/prepared"),
+                         help="where prepared data lives, shared by runs (default runs/prepared: the one `fit` "
+                              "uses for run directories in runs/)")
+    prepare.add_argument("--workers", type=int, default=0,
+                         help="encoding processes (default 0: one per core for a large corpus)")
+    _add_debug(prepare)
+
     fit = commands.add_parser("fit", help="train (or resume) a run from a TOML config")
     fit.add_argument("--config", type=Path, required=True, help="TOML run config, e.g. configs/demo.toml")
     fit.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config value, e.g. model.d_model=256 (repeatable)")
     fit.add_argument("--run-dir", type=Path, default=None, help="default runs/<config name>")
-    fit.add_argument("--force", action="store_true", help="start over: delete this tool's files in the run dir")
+    fit.add_argument("--data-dir", type=Path, default=None,
+                     help="prepared data, shared by runs (default: prepared/ beside the run directory)")
+    fit.add_argument("--force", action="store_true",
+                     help="start over: delete this tool's files in the run dir (never anything else)")
+    fit.add_argument("--patience", type=int, default=None, metavar="N",
+                     help="stop after N validations without a better validation BLEU (sets train.patience)")
     fit.add_argument("--reset-optimizer", action="store_true",
                      help="resume the weights but start Adam (moments, step, warm-up) afresh")
     fit.add_argument("--backend", default=None, help="numpy, numba, cupy, cpu or cuda (overrides train.backend)")
     fit.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_debug(fit)
 
-    translate = commands.add_parser("translate", help="translate stdin to stdout, one sentence a line")
+    translate = commands.add_parser(
+        "translate", help="translate one sentence a line: stdin to stdout as lines arrive, or --input to --output")
     translate.add_argument("--ckpt", type=Path, required=True, help="a checkpoint (.safetensors)")
+    translate.add_argument("--input", type=Path, default=None, help="read this file (default: stdin, line by line)")
+    translate.add_argument("--output", type=Path, default=None, help="write this file (default: stdout)")
+    translate.add_argument("--force", action="store_true", help="overwrite --output if it exists")
+    translate.add_argument("--nbest", type=int, default=0, metavar="K",
+                           help="the K best translations of each line, as LINE<TAB>SCORE<TAB>TEXT (K <= --beam)")
     _add_decoding(translate)
     _add_debug(translate)
 
@@ -93,7 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     average = commands.add_parser("average", help="average the last K checkpoints of a run (§6.1)")
     average.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    average.add_argument("--last", type=int, default=5, help="how many (base: 5, big: 20; §6.1)")
+    average.add_argument("--last", type=int, default=None,
+                         help="how many (default: the run's train.average_last; base 5, big 20, §6.1)")
     average.add_argument("--out", type=Path, default=None, help="default RUN_DIR/averaged_last<K>.safetensors")
     average.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     _add_debug(average)
@@ -103,6 +133,13 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--sentence", default=None,
                       help="source sentence for the attention heat-map (default: the first validation sentence)")
     _add_debug(plot)
+
+    tensorboard = commands.add_parser("export-tensorboard",
+                                      help="write RUN_DIR/metrics.jsonl as a TensorBoard event file")
+    tensorboard.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    tensorboard.add_argument("--out", type=Path, default=None, help="folder for the event file "
+                                                                     "(default RUN_DIR/tensorboard)")
+    _add_debug(tensorboard)
 
     evalb = commands.add_parser("evalb", help="score trees against gold trees exactly as EVALB does (§6.3)")
     evalb.add_argument("gold", type=Path, metavar="GOLD", help="gold trees, one a line")
@@ -115,7 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                         "with EVALB beside a right-branching baseline")
     parse_eval.add_argument("--ckpt", type=Path, required=True, help="a parsing checkpoint (.safetensors)")
     parse_eval.add_argument("--gold", type=Path, required=True,
-                            help="gold trees: a .mrg file or one tree a line (a ptb run writes RUN_DIR/data/test.gold)")
+                            help="gold trees: a .mrg file, one tree a line, or a ptb run directory (the test split it "
+                                 "was prepared with)")
     parse_eval.add_argument("--prm", type=Path, default=None,
                             help="EVALB parameter file (default: COLLINS.prm's settings)")
     parse_eval.add_argument("--out", type=Path, default=None,
@@ -131,8 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="cpu: d_model 256, 3+3 layers, 64×32 tokens; base: Table 3 base, 250×100 tokens "
                             "(default: base with --backend cuda, cpu otherwise)")
     bench.add_argument("--backend", default="cpu", help="cpu (Numba), numpy (reference) or cuda (default cpu)")
-    bench.add_argument("--precision", choices=["fp32", "fp16"], default="fp32",
-                       help="fp16 = mixed precision with loss scaling (cuda); the peer then uses bf16 autocast")
+    bench.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
+                       help="bf16 / fp16 = mixed precision (cuda; fp16 with loss scaling): the peer then uses bf16 "
+                            "autocast; with fp32 the peer runs in fp32 and in TF32")
     bench.add_argument("--steps", type=int, default=5, help="timed steps (default 5)")
     bench.add_argument("--warmup", type=int, default=2, help="untimed steps after the first (default 2)")
     bench.add_argument("--batch", type=int, default=None, help="sentences per batch (default: the preset's)")
@@ -142,6 +181,40 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true", help="print one JSON object (step_ms, tgt_tok_s, "
                                                             "peak_mem_bytes, peer_step_ms, ratio, ...)")
     _add_debug(bench)
+
+    ablate = commands.add_parser("ablate", help="train Table 3's model variations (§6.2) and compare with the paper")
+    ablate.add_argument("--grid", choices=["table3", "recipe"], default="table3",
+                        help="table3: the paper's rows A-E and big (default); recipe: warm-up, learning-rate "
+                             "factor, dropout, vocabulary and steps, one at a time, chosen on dev")
+    ablate.add_argument("--config", type=Path, required=True, help="the base run config, e.g. configs/multi30k.toml")
+    ablate.add_argument("--rows", default=None, help="comma-separated rows of A,B,C,D,E,big (default all; "
+                                                     "the base always runs)")
+    ablate.add_argument("--steps", type=int, default=None, help="steps per variant (default the config's max_steps)")
+    ablate.add_argument("--list", action="store_true", help="print the scaled grid and parameter counts; train nothing")
+    ablate.add_argument("--out", type=Path, default=None, help="default runs/<grid>-<config name>")
+    ablate.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a base config value, e.g. model.h=8 (repeatable)")
+    ablate.add_argument("--backend", default=None, help="numpy, numba, cupy, cpu or cuda (overrides train.backend)")
+    ablate.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _add_debug(ablate)
+    scale = commands.add_parser("scale", help="project the step time and efficiency on 1-8 GPUs (data parallel)",
+                                description="Measure the single-device step and the all-reduce bandwidth here, "
+                                            "then project data-parallel training on 1-8 devices (train/scale.py).")
+    scale.add_argument("--backend", default="cpu", help="cpu (Numba), numpy or cuda (default cpu)")
+    scale.add_argument("--preset", choices=["cpu", "base"], default=None,
+                       help="the model whose step is measured (default: base with --backend cuda, cpu otherwise)")
+    scale.add_argument("--step-ms", type=float, default=None,
+                       help="use this single-device step time instead of measuring it (e.g. from `bench`)")
+    scale.add_argument("--batch", type=int, default=None, help="sentences per batch (default: the preset's)")
+    scale.add_argument("--link", action="append", default=[], metavar="NAME|GBPS",
+                       help="nvlink4, pcie5 or a bus bandwidth in GB/s (repeatable; default: measured + both presets)")
+    scale.add_argument("--bucket-mb", type=float, default=25.0, help="all-reduce bucket size (default 25; 0 = no overlap)")
+    scale.add_argument("--accum", type=int, default=1, help="micro-batches per update (default 1)")
+    scale.add_argument("--steps", type=int, default=3, help="timed steps when measuring (default 3)")
+    scale.add_argument("--allreduce-only", action="store_true",
+                       help="under mpiexec -n K: measure the all-reduce bandwidth between the K ranks and stop")
+    scale.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_debug(scale)
     return parser
 
 
@@ -176,7 +249,7 @@ def _dispatch(args) -> int:
             run_dir=getattr(args, "run_dir", Path("runs/demo")), overrides=getattr(args, "set", []),
             force=getattr(args, "force", False), progress=not getattr(args, "no_progress", False),
             config_path=DEMO_CONFIG)
-    return getattr(commands, args.command.replace("-", "_"))(args)   # fit, translate, ..., parse-eval -> parse_eval
+    return getattr(commands, args.command.replace("-", "_"))(args)  # fit, prepare, ..., ablate, parse-eval -> parse_eval
 
 
 if __name__ == "__main__":

@@ -89,6 +89,20 @@ def epoch_batches(batches: list[np.ndarray], epoch: int, seed: int = 0) -> list[
     return [batches[i] for i in order]
 
 
+def shard(batches: Sequence, rank: int, world_size: int) -> list:
+    """Rank `rank`'s share of one update's batches, taken from the global order: the rank-th block.
+
+    Every rank gets ceil(n / world_size) entries, so every rank runs the same number of
+    micro-batches and issues the same collectives; a share that runs short is padded with
+    None, an empty batch (no loss, no tokens; train.step.train_step skips its forward and
+    backward). Entry j of rank r is entry r * len(share) + j of the update: the micro-batches
+    of k ranks, in rank order, are those of one process taking all of them.
+    """
+    per_rank = -(-len(batches) // world_size)
+    mine = list(batches[rank * per_rank:(rank + 1) * per_rank])
+    return mine + [None] * (per_rank - len(mine))
+
+
 def pad_batch(seqs: Sequence[Sequence[int] | np.ndarray], pad_id: int,
               length: int | None = None) -> np.ndarray:
     """Stack sequences into a (B, L) int64 array, right-padded with `pad_id`.

@@ -7,9 +7,14 @@ Presets (what the issues measure):
   cpu   d_model 256, 3+3 layers, 4 heads, d_ff 1024, 8k vocab, 64 × 32 tokens per side
 
 One step = forward, label-smoothed loss (§5.4), backward, Adam (§5.3) with the
-Noam rate (§5.3, Eq. (3)); mixed precision adds the loss scaler. The peer is
-`benchmarks/torch_peer.py`, run in a subprocess when torch imports, so the
-package itself never imports torch. Benchmarks report; they never assert.
+Noam rate (§5.3, Eq. (3)); fp16 mixed precision adds the loss scaler, bf16 needs none.
+Timing: the first step (compiles, allocations) and `warmup` more run untimed, then `steps`
+timed ones; the memory pool is never emptied, so no timed step pays for fresh allocations.
+The peers are `benchmarks/torch_peer.py`, run in subprocesses when torch imports (so the
+package itself never imports torch): bf16 autocast for our fp16/bf16, fp32 and TF32 for our
+fp32. `launches_per_step` and `syncs_per_step` come from the counting backend
+(minitensor/backends/counting.py) running the same structure at a tiny width on the CPU:
+the model of what CuPy launches, to set beside a GPU profile. Benchmarks report; they never assert.
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from minitensor import Function, optim
+from minitensor.backends.counting import CountingBackend
 from transformer.config import TransformerConfig
 from transformer.loss import LabelSmoothingLoss
 from transformer.model import Transformer
@@ -88,17 +94,8 @@ def _all_functions(cls) -> list[type]:
 
 def bench_ours(cfg: TransformerConfig, backend: str, precision: str, B: int, S: int, T: int,
                steps: int, warmup: int, profile: bool) -> dict:
-    rng = np.random.default_rng(0)
-    model = Transformer(cfg, rng, backend=backend, precision=precision)
+    model, opt, loss_fn, scaler, batch = _setup(cfg, backend, precision, B, S, T)
     be = model.backend
-    opt = optim.Adam(model.named_parameters(), lr=optim.NoamSchedule(cfg.d_model, 4000),
-                     betas=(0.9, 0.98), eps=1e-9)
-    loss_fn = LabelSmoothingLoss(cfg.eps_ls, cfg.pad_id, cfg.impl)
-    scaler = DynamicLossScaler() if precision == "fp16" else None
-    data = np.random.default_rng(1)
-    src = data.integers(4, cfg.vocab_size, (B, S))
-    tgt = data.integers(4, cfg.vocab_size, (B, T + 1))
-    batch = [(src, tgt[:, :-1], tgt[:, 1:])]                               # the one batch of every step
     timings = {"adam": 0.0}
     adam_step = opt.step
 
@@ -118,10 +115,7 @@ def bench_ours(cfg: TransformerConfig, backend: str, precision: str, B: int, S: 
     first_step_s = time.perf_counter() - compile_start
     for _ in range(warmup):
         step()
-    be.synchronize()
-    if be.device == "cuda":
-        import cupy
-        cupy.get_default_memory_pool().free_all_blocks()
+    be.synchronize()                                                       # the pool keeps its blocks
     timings["adam"] = 0.0
     profiler = OpProfiler(be.synchronize) if profile else None
     start = time.perf_counter()
@@ -143,11 +137,42 @@ def bench_ours(cfg: TransformerConfig, backend: str, precision: str, B: int, S: 
     }
     peak, _ = peak_tflops(_device_name(be), precision)
     result["mfu"] = mfu(result["flops_per_step"] / step_s, peak)
+    result.update(count_launches(cfg, precision), warmup_steps=warmup, timed_steps=steps)
     if profiler:
         breakdown = {k: v / steps * 1e3 for k, v in profiler.seconds.items()}
         breakdown["Adam.step"] = timings["adam"] / steps * 1e3
         result["op_ms"] = dict(sorted(breakdown.items(), key=lambda kv: -kv[1]))
     return result
+
+
+def _setup(cfg: TransformerConfig, backend, precision: str, B: int, S: int, T: int):
+    """(model, Adam (writing the half copies in mixed precision), loss, scaler (fp16 only), [one batch])."""
+    model = Transformer(cfg, np.random.default_rng(0), backend=backend, precision=precision)
+    opt = optim.Adam(model.named_parameters(), lr=optim.NoamSchedule(cfg.d_model, 4000),
+                     betas=(0.9, 0.98), eps=1e-9, half_dtype=model.compute_dtype)
+    loss_fn = LabelSmoothingLoss(cfg.eps_ls, cfg.pad_id, cfg.impl)
+    scaler = DynamicLossScaler() if precision == "fp16" else None
+    data = np.random.default_rng(1)
+    src = data.integers(4, cfg.vocab_size, (B, S))
+    tgt = data.integers(4, cfg.vocab_size, (B, T + 1))
+    return model, opt, loss_fn, scaler, [(src, tgt[:, :-1], tgt[:, 1:])]   # the one batch of every step
+
+
+def count_launches(cfg: TransformerConfig, precision: str) -> dict:
+    """Launches and syncs of one step of cfg's structure as CuPy would run it (counting backend).
+
+    The counts depend on the structure (layers, heads, fused or composed ops), not on the widths,
+    so the model is built 2 units wide per head with a 64-token vocabulary: seconds on a CPU.
+    """
+    tiny = cfg.replace(d_model=2 * cfg.h, d_ff=4 * cfg.h, d_k=None, d_v=None, vocab_size=64)
+    backend = CountingBackend()
+    model, opt, loss_fn, scaler, batch = _setup(tiny, backend, precision, 2, 5, 5)
+    train_step(model, batch, opt, loss_fn, scaler)                         # the first step fills caches
+    backend.counts.clear()
+    train_step(model, batch, opt, loss_fn, scaler)
+    counts = backend.counts.snapshot()
+    return {"launches_per_step": counts["launches"], "syncs_per_step": counts["syncs"],
+            "launches_by_kind": counts["by_kind"]}
 
 
 def _device_name(backend) -> str:
@@ -164,7 +189,10 @@ def _peak_memory(backend) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def bench_peer(cfg: TransformerConfig, device: str, precision: str, B: int, S: int, T: int,
+PEERS = {"fp32": ("fp32", "tf32"), "fp16": ("bf16",), "bf16": ("bf16",)}   # ours -> the peers' precisions
+
+
+def bench_peer(cfg: TransformerConfig, device: str, peer_precision: str, B: int, S: int, T: int,
                steps: int, warmup: int) -> dict | None:
     """Run the PyTorch peer in a subprocess; None when torch or the script is not there."""
     if not PEER_SCRIPT.exists():
@@ -172,7 +200,6 @@ def bench_peer(cfg: TransformerConfig, device: str, precision: str, B: int, S: i
     probe = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True)
     if probe.returncode != 0:
         return None
-    peer_precision = {"fp16": "bf16"}.get(precision, precision)          # the issue's peer: bf16 autocast
     cmd = [sys.executable, str(PEER_SCRIPT), "--device", device, "--precision", peer_precision,
            "--vocab", str(cfg.vocab_size), "--d-model", str(cfg.d_model), "--layers", str(cfg.N),
            "--heads", str(cfg.h), "--d-ff", str(cfg.d_ff), "--batch", str(B), "--src-len", str(S),
@@ -188,6 +215,8 @@ def run(preset: str = "cpu", backend: str = "cpu", precision: str = "fp32", step
         as_json: bool = False) -> dict:
     spec = PRESETS[preset]
     backend = "cuda" if backend in ("cuda", "gpu", "cupy") else backend
+    if precision not in PEERS:
+        raise InputError(f"--precision must be one of {sorted(PEERS)}, got {precision!r}")
     if precision != "fp32" and backend != "cuda":
         raise InputError(f"--precision {precision} is mixed precision for GPUs; use fp32 on the CPU")
     cfg = TransformerConfig(**spec["model"])
@@ -198,13 +227,19 @@ def run(preset: str = "cpu", backend: str = "cpu", precision: str = "fp32", step
     if not peer:
         result["peer_error"] = "not asked for (--no-peer)"
     else:
-        theirs = bench_peer(cfg, "cuda" if backend == "cuda" else "cpu", precision, B, S, T, steps, warmup)
-        if theirs and "step_ms" in theirs:
-            result.update(peer_step_ms=theirs["step_ms"], peer_tgt_tok_s=theirs["tgt_tok_s"],
-                          peer_peak_mem_bytes=theirs["peak_mem_bytes"], peer_precision=theirs["precision"],
-                          ratio=theirs["step_ms"] / ours["step_ms"])  # > 1: we are faster
-        elif theirs:
-            result["peer_error"] = theirs["error"]
+        peers = PEERS[precision] if backend == "cuda" else ("fp32",)       # TF32 is a GPU mode
+        for i, peer_precision in enumerate(peers):
+            theirs = bench_peer(cfg, "cuda" if backend == "cuda" else "cpu", peer_precision, B, S, T, steps, warmup)
+            key = "peer" if i == 0 else f"peer_{peer_precision}"           # the first is the one `ratio` is against
+            if theirs and "step_ms" in theirs:
+                result.update({f"{key}_step_ms": theirs["step_ms"], f"{key}_tgt_tok_s": theirs["tgt_tok_s"],
+                               f"{key}_peak_mem_bytes": theirs["peak_mem_bytes"],
+                               f"{key}_precision": theirs["precision"],
+                               f"{key}_ratio": theirs["step_ms"] / ours["step_ms"]})   # > 1: we are faster
+            elif theirs:
+                result[f"{key}_error"] = theirs["error"]
+        if "peer_ratio" in result:
+            result["ratio"] = result["peer_ratio"]
     print(json.dumps(result) if as_json else format_report(result))
     return result
 
@@ -217,14 +252,16 @@ def format_report(r: dict) -> str:
              f"  MFU {r['mfu'] * 100:.1f}%" if r.get("mfu") else
              f"  ours : {r['step_ms']:8.1f} ms/step  {r['tgt_tok_s']:10.0f} tgt tok/s  peak {gib(r['peak_mem_bytes'])}",
              f"  first step (JIT compile + allocation): {r['first_step_s']:.2f} s"]
-    if "peer_step_ms" in r:
-        lines.append(f"  torch: {r['peer_step_ms']:8.1f} ms/step  {r['peer_tgt_tok_s']:10.0f} tgt tok/s  "
-                     f"peak {gib(r['peer_peak_mem_bytes'])}  ({r['peer_precision']})")
-        lines.append(f"  ratio (torch ms / ours ms): {r['ratio']:.2f}  ({'we are faster' if r['ratio'] >= 1 else 'torch is faster'})")
-    elif "peer_error" in r:
-        lines.append(f"  torch peer not run: {r['peer_error']}")
-    else:
-        lines.append("  torch peer: not run (torch not importable)")
+    for key in sorted(k[:-len("_step_ms")] for k in r if k.startswith("peer") and k.endswith("_step_ms")):
+        ratio = r[f"{key}_ratio"]
+        lines.append(f"  torch: {r[f'{key}_step_ms']:8.1f} ms/step  {r[f'{key}_tgt_tok_s']:10.0f} tgt tok/s  "
+                     f"peak {gib(r[f'{key}_peak_mem_bytes'])}  ({r[f'{key}_precision']}): "
+                     f"torch ms / ours ms {ratio:.2f} ({'we are faster' if ratio >= 1 else 'torch is faster'})")
+    if "launches_per_step" in r:
+        lines.append(f"  kernel launches per step {r['launches_per_step']}, host syncs {r['syncs_per_step']} "
+                     f"(counting backend: CuPy's launches, modelled on the CPU)")
+    if "peer_step_ms" not in r:
+        lines.append(f"  torch peer not run: {r.get('peer_error', 'torch not importable')}")
     if r.get("op_ms"):
         lines.append("  per-op time (ms/step):")
         lines += [f"    {name:28s} {ms:8.2f}" for name, ms in list(r["op_ms"].items())[:15]]

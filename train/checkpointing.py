@@ -1,20 +1,29 @@
-"""Training checkpoints: save, resume exactly, load for decoding, average (§6.1).
+"""Training checkpoints: save, resume exactly, load for decoding, average (§6.1), keep the best.
 
-A training checkpoint is a transformer.checkpoint model file (weights + Adam moments
-and step) whose metadata also holds what an exact resume needs:
+A training checkpoint is two transformer.checkpoint files:
 
-    progress        step, epoch, batch position, tokens seen, elapsed time
-    rng_state       the dropout RNG's bit-generator state (PCG64: plain ints, JSON-safe)
-    tokenizer_hash  sha256 of tokenizer.model, so a model never meets the wrong vocabulary
-    loss_scaler     the fp16 loss scaler's state (mixed precision only)
-    run_config      the resolved run config
+    ckpt_<step:08d>.safetensors            the weights, and in the metadata what an exact resume needs:
+        progress        step, epoch, batch position, tokens seen, elapsed time, best validation so far
+        rng_state       the dropout RNG's bit-generator state (PCG64: plain ints, JSON-safe)
+        tokenizer_hash  sha256 of tokenizer.model, so a model never meets the wrong vocabulary
+        loss_scaler     the fp16 loss scaler's state (mixed precision only)
+        run_config      the resolved run config
+    ckpt_<step:08d>.optimizer.safetensors  Adam's moments and step: twice the weights' size
 
-Files are run_dir/ckpt_<step:08d>.safetensors, written atomically; only the
-last `keep_last` are kept. A failed write (disk full) is an InputError that
-names the newest good checkpoint, which stays the newest.
+Only the newest `train.keep_last` checkpoints are kept, and only the newest
+`train.keep_last_full` (default 1) keep their optimizer file; the older ones are
+weights only, which is all that decoding and averaging (§6.1) read. A base model's
+checkpoint is then 250 MB instead of 750 MB, a big model's 850 MB instead of 2.6 GB.
+
+Both files are written atomically, the optimizer file first, so a weights file on disk
+has its optimizer file beside it until it is pruned. Resuming uses the newest checkpoint
+that has one; a newer weights-only checkpoint (its optimizer file lost or corrupt) is
+named, never silently used for an exact resume. A failed write (disk full) is an
+InputError that names the newest good checkpoint, which stays the newest.
 """
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +35,8 @@ from transformer.checkpoint import (OPTIMIZER_PREFIX, CheckpointError, average_c
                                    latest_valid_checkpoint, list_checkpoints, load_checkpoint, load_model,
                                    load_weights, restore_optimizer, save_checkpoint, save_model)
 
+BEST_FILE = "best.safetensors"
+
 
 @dataclass
 class Progress:
@@ -36,6 +47,9 @@ class Progress:
     batch_pos: int = 0  # next batch within this epoch's shuffled order
     tokens_seen: int = 0  # target tokens trained on
     elapsed_s: float = 0.0  # training wall time over all sessions
+    best_score: float | None = None  # best validation BLEU so far (or -loss when BLEU is off)
+    best_step: int = 0  # the step of best.safetensors
+    bad_validations: int = 0  # validations since the best one (early stopping: train.patience)
 
 
 @dataclass
@@ -51,25 +65,51 @@ class TrainState:
     progress: Progress = dataclasses.field(default_factory=Progress)
 
 
+def optimizer_path(checkpoint: Path) -> Path:
+    """ckpt_<step>.safetensors -> ckpt_<step>.optimizer.safetensors (Adam's state for that checkpoint)."""
+    return checkpoint.with_name(checkpoint.name.removesuffix(".safetensors") + ".optimizer.safetensors")
+
+
+def _metadata(state: TrainState) -> dict:
+    return {"progress": dataclasses.asdict(state.progress), "rng_state": state.rng.bit_generator.state,
+            "tokenizer_hash": state.tokenizer.model_hash,
+            "loss_scaler": state.scaler.state_dict() if state.scaler is not None else None,
+            "run_config": state.run_config.to_dict()}
+
+
 def save(run_dir: Path, state: TrainState) -> Path:
-    """Write ckpt_<step>.safetensors for the current state and delete all but the newest `train.keep_last`."""
+    """Write ckpt_<step> (weights, and optimizer file) and prune to `train.keep_last` / `train.keep_last_full`."""
     path = checkpoint_path(run_dir, state.progress.step)
-    metadata = {
-        "progress": dataclasses.asdict(state.progress),
-        "rng_state": state.rng.bit_generator.state,
-        "tokenizer_hash": state.tokenizer.model_hash,
-        "loss_scaler": state.scaler.state_dict() if state.scaler is not None else None,
-        "run_config": state.run_config.to_dict(),
-    }
+    adam = {OPTIMIZER_PREFIX + k: np.asarray(v) for k, v in state.optimizer.state_dict().items()}
     try:  # atomic: a failed write leaves no ckpt_* file behind, and older ones are not pruned
-        save_model(path, state.model, optimizer=state.optimizer, metadata=metadata)
+        save_checkpoint(optimizer_path(path), adam, {"step": state.progress.step, "weights": path.name})
+        save_model(path, state.model, metadata=_metadata(state))
     except OSError as err:  # disk full, quota, the folder went read-only
+        optimizer_path(path).unlink(missing_ok=True)
         good = latest_valid_checkpoint(run_dir)
         kept = f"the newest good checkpoint is still {good.name}" if good else "no checkpoint was kept"
         raise InputError(f"{path}: cannot write the checkpoint ({err.strerror or err}); {kept}; "
                          f"free some space and run the same command again") from None
-    for old in list_checkpoints(run_dir)[:-state.run_config.train.keep_last]:
+    _prune(Path(run_dir), state.run_config.train.keep_last, state.run_config.train.keep_last_full)
+    return path
+
+
+def _prune(run_dir: Path, keep_last: int, keep_last_full: int) -> None:
+    checkpoints = list_checkpoints(run_dir)
+    for old in checkpoints[:-keep_last]:
         old.unlink()
+    for old in checkpoints[:-keep_last_full]:
+        optimizer_path(old).unlink(missing_ok=True)
+    for side in run_dir.glob("ckpt_*.optimizer.safetensors"):  # a killed save's, without its weights
+        if not side.with_name(side.name.replace(".optimizer", "")).is_file():
+            side.unlink(missing_ok=True)
+
+
+def save_best(run_dir: Path, state: TrainState, record: dict) -> Path:
+    """best.safetensors: the weights (no optimizer state) of the best validation so far, and its scores."""
+    path = Path(run_dir) / BEST_FILE
+    save_model(path, state.model, metadata={"tokenizer_hash": state.tokenizer.model_hash, "valid": record,
+                                            "step": state.progress.step, "run_config": state.run_config.to_dict()})
     return path
 
 
@@ -82,6 +122,35 @@ def latest(run_dir: Path) -> Path | None:
     for stale in Path(run_dir).glob("ckpt_*.safetensors.tmp-*"):
         stale.unlink(missing_ok=True)
     return latest_valid_checkpoint(run_dir)
+
+
+def has_optimizer_state(checkpoint: Path) -> bool:
+    """True when the checkpoint's optimizer file is there and verifies."""
+    try:
+        load_checkpoint(optimizer_path(checkpoint), verify=True)
+    except (CheckpointError, OSError):
+        return False
+    return True
+
+
+def resume_point(run_dir: Path, reset_optimizer: bool, say=print) -> Path | None:
+    """The checkpoint to resume from: the newest with optimizer state (or, with `reset_optimizer`, the newest).
+
+    A newest checkpoint without optimizer state is never resumed from as if it were exact:
+    an older full one is used and named, and if there is none, an InputError says what to do.
+    """
+    newest = latest(run_dir)
+    if newest is None or reset_optimizer or has_optimizer_state(newest):
+        return newest
+    full = next((p for p in reversed(list_checkpoints(run_dir)) if p.name < newest.name and has_optimizer_state(p)),
+                None)
+    if full is None:
+        raise InputError(f"{newest}: no optimizer state to resume from (its {optimizer_path(newest).name} is missing "
+                         f"or corrupt, and no older checkpoint has one); --reset-optimizer continues from its "
+                         f"weights with a fresh Adam (not an exact resume), --force starts over")
+    say(f"{newest.name} holds weights only (its optimizer file is missing or corrupt); "
+        f"resuming exactly from {full.name}, the newest checkpoint with optimizer state")
+    return full
 
 
 def _check_tokenizer(path: Path, metadata: dict, tokenizer: Tokenizer) -> None:
@@ -105,6 +174,9 @@ def restore(path: Path, state: TrainState, reset_optimizer: bool = False) -> Non
             raise CheckpointError(f"{path}: metadata has no {key!r}; not a training checkpoint of this tool")
     load_weights(path, tensors, state.model)
     if not reset_optimizer:
+        if not any(k.startswith(OPTIMIZER_PREFIX) for k in tensors):  # the usual case: state in its own file
+            path = optimizer_path(path)
+            tensors, _ = load_checkpoint(path)
         try:
             restore_optimizer(path, tensors, state.optimizer)
         except (KeyError, ValueError) as err:
@@ -142,9 +214,16 @@ def averaged_model(model, checkpoints: list[Path], last: int):
     return model
 
 
-def average_last(run_dir: Path, last: int, out: Path | None = None, force: bool = False) -> Path:
-    """Write the average of a run's last `last` checkpoints (weights only) to `out`."""
+def average_last(run_dir: Path, last: int | None = None, out: Path | None = None,
+                 force: bool = False) -> tuple[Path, list[str]]:
+    """Write the average of a run's last `last` checkpoints (weights only) to `out`; returns (out, their names).
+
+    `last` defaults to the run's train.average_last (§6.1: 5 for base, 20 for big). Only the
+    weights files are read, never the optimizer state.
+    """
     run_dir = Path(run_dir)
+    if last is None:
+        last = _run_average_last(run_dir)
     if last < 1:
         raise InputError(f"--last must be at least 1, got {last}")
     paths = list_checkpoints(run_dir)
@@ -158,4 +237,12 @@ def average_last(run_dir: Path, last: int, out: Path | None = None, force: bool 
     metadata = {k: v for k, v in metadata.items() if k not in ("progress", "rng_state", "loss_scaler")}
     metadata["averaged_from"] = [p.name for p in paths[-last:]]
     save_checkpoint(out, weights, metadata)
-    return out
+    return out, metadata["averaged_from"]
+
+
+def _run_average_last(run_dir: Path) -> int:
+    try:
+        return int(json.loads((run_dir / "config.json").read_text(encoding="utf-8"))["train"]["average_last"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise InputError(f"{run_dir}: no run config (config.json) to take train.average_last from; "
+                         f"pass --last K") from None

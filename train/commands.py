@@ -6,39 +6,77 @@ with beam search (beam 4, α 0.6, §6.1), print sacreBLEU and exact match with a
 few example translations, and write the plots.
 """
 
+import json
+import os
 import sys
 import time
 from pathlib import Path
 
+from tqdm import tqdm
+
 from train import checkpointing, config as config_lib
-from train.data import iter_lines, iter_parallel
+from train.data import iter_lines, iter_parallel, write_atomic
 from train.errors import InputError
 from train.evaluate import corpus_scores
 from train.threads import cpu_threads
-from transformer.checkpoint import list_checkpoints
+from transformer.checkpoint import CheckpointError, list_checkpoints
 
 
 def fit(args) -> int:
     """Train or resume; 0 when done or stopped by SIGINT/SIGTERM (resumable), 3 when the run diverged."""
+    from train import distributed
     from train.faults import DivergedError
     from train.loop import fit as run_fit
     from train.loss_scaler import LossScaleOverflowError
 
-    overrides = list(args.set) + ([f"train.backend={args.backend}"] if args.backend else [])
+    overrides = (list(args.set) + ([f"train.backend={args.backend}"] if args.backend else [])
+                 + ([f"train.patience={args.patience}"] if args.patience is not None else []))
     run_config = config_lib.load(args.config, overrides)
     run_dir = args.run_dir if args.run_dir is not None else Path("runs") / run_config.name
+    comm = distributed.from_launcher(run_config.train.backend)  # under mpiexec: one rank per device
+    exit_codes = {InputError: 2, CheckpointError: 2, DivergedError: 3, LossScaleOverflowError: 3, KeyboardInterrupt: 130}
     try:
-        result = run_fit(run_config, run_dir, force=args.force, reset_optimizer=args.reset_optimizer,
-                         progress=not args.no_progress)
+        with distributed.abort_on_error(comm, exit_codes):  # many ranks: a failure anywhere ends the job
+            result = run_fit(run_config, run_dir, force=args.force, reset_optimizer=args.reset_optimizer,
+                             progress=not args.no_progress, data_dir=args.data_dir, comm=comm)
     except (DivergedError, LossScaleOverflowError) as err:  # the run, not the input: exit status 3
         if args.debug:
             raise
         print(f"error: {err}", file=sys.stderr)
         return 3
-    if result.stopped:
+    if comm.rank != 0:
+        return 0
+    if result.stopped == "early stopping":
+        print(f"stopped early at step {result.progress.step}: the best validation is step "
+              f"{result.progress.best_step}, in {run_dir / checkpointing.BEST_FILE}")
+    elif result.stopped:
         print(f"stopped by {result.stopped} at step {result.progress.step}; to resume, run the same command again")
     else:
         print(f"done: step {result.progress.step}; checkpoints in {run_dir}")
+    return 0
+
+
+def prepare(args) -> int:
+    """Prepare the data of a config (tokenizer + token ids) into the shared data directory, as `fit` would."""
+    from train.prepare import read_split
+    from train.prepared_data import prepare_data
+
+    run_config = config_lib.load(args.config, list(args.set))
+    data = prepare_data(run_config, args.data_dir, workers=args.workers, progress=sys.stderr.isatty())
+    limit = min(run_config.task.max_len, run_config.model.max_len - 1)
+    for split in ("valid", "test"):  # the dev and test files must be readable too, before anyone trains
+        if data.paths.get(split):
+            read_split(data.paths[split], data.tokenizer, limit, log=lambda message: None)
+    stats = data.corpus.stats
+    size = sum(p.stat().st_size for p in data.folder.iterdir())
+    print(f"prepared data: {data.folder} ({size / 2**20:.1f} MiB)")
+    print(f"  made from   {data.paths['train'][0]} + {data.paths['train'][1]} (sha256 "
+          f"{data.files['train_src']['sha256'][:12]}.. + {data.files['train_tgt']['sha256'][:12]}..)")
+    print(f"  tokenizer   {data.tokenizer.vocab_size} pieces ({run_config.tokenizer.model_type}), "
+          f"{data.manifest['ids_dtype']} ids")
+    print(f"  pairs       {stats.n_kept:,} ({stats.n_empty} with an empty side skipped)")
+    print(f"  used by     python -m train fit --config {args.config} --data-dir {args.data_dir} "
+          f"(or any --run-dir in {args.data_dir.parent})")
     return 0
 
 
@@ -47,37 +85,69 @@ def _check_decoding(args) -> None:
     for flag, value in (("--beam", args.beam), ("--max-tokens", args.max_tokens), ("--max-len-b", args.max_len_b)):
         if value < (0 if flag == "--max-len-b" else 1):
             raise InputError(f"{flag} must be {'0 or more' if flag == '--max-len-b' else 'at least 1'}, got {value}")
+    nbest = getattr(args, "nbest", 0)
+    if nbest and not 1 <= nbest <= args.beam:
+        raise InputError(f"--nbest must be between 1 and --beam ({args.beam}), got {nbest}")
 
 
-def _translate(args, lines: list[str], where: str) -> list[str]:
-    """Load the checkpoint and its tokenizer, then translate `lines` with the decoding options."""
-    from train.translate import translate_lines
+def _progress(total: int, what: str) -> tqdm:
+    return tqdm(total=total, unit=" sentences", desc=what, dynamic_ncols=True, disable=not sys.stderr.isatty())
 
-    model, tokenizer = checkpointing.load_for_inference(args.ckpt, tokenizer_path=args.tokenizer,
-                                                        backend=args.backend)
-    with cpu_threads(args.threads):
-        return translate_lines(model, tokenizer, lines, beam=args.beam, alpha=args.alpha,
-                               max_len_b=args.max_len_b, max_tokens=args.max_tokens, where=where)
+
+def _load(args):
+    return checkpointing.load_for_inference(args.ckpt, tokenizer_path=args.tokenizer, backend=args.backend)
 
 
 def translate(args) -> int:
-    from train.translate import read_stdin_lines
+    """A file (--input) or stdin, line by line as it arrives; to --output or stdout."""
+    from train.translate import translate_lines, translate_stream
 
     _check_decoding(args)
-    lines = read_stdin_lines(sys.stdin.buffer)
-    if not lines:
-        raise InputError("<stdin>: empty input, nothing to translate")
-    outputs = _translate(args, lines, "<stdin>")
-    sys.stdout.write("".join(line + "\n" for line in outputs))
+    if args.output is not None and args.output.exists() and not args.force:
+        raise InputError(f"{args.output}: exists; pass --force to overwrite it or choose another --output")
+    lines = [line for _, line in iter_lines(args.input)] if args.input is not None else None
+    model, tokenizer = _load(args)
+    options = dict(beam=args.beam, alpha=args.alpha, max_len_b=args.max_len_b, max_tokens=args.max_tokens,
+                   nbest=args.nbest)
+    with cpu_threads(args.threads):
+        if lines is None and args.output is None:  # a line in, a line out
+            def write(text: str) -> None:
+                sys.stdout.write(text)
+                sys.stdout.flush()
+            stdin = sys.stdin.fileno()
+            translate_stream(model, tokenizer, lambda n: os.read(stdin, n), write, **options)
+            return 0
+        if lines is None:
+            lines = [line for line in _read_all(sys.stdin.buffer)]
+        with _progress(len(lines), "translating") as bar:
+            outputs = translate_lines(model, tokenizer, lines, where=str(args.input or "<stdin>"),
+                                      on_batch=bar.update, **options)
+    text = "".join(line + "\n" for line in outputs)
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        write_atomic(args.output, text.encode("utf-8"))
     return 0
 
 
+def _read_all(stream) -> list[str]:
+    from train.translate import decode_line
+
+    return [decode_line(raw, "<stdin>", number) for number, raw in enumerate(stream, start=1)]
+
+
 def evaluate(args) -> int:
+    from train.translate import translate_lines
+
     _check_decoding(args)
     pairs = [(src, ref) for _, src, ref in iter_parallel(args.src, args.ref)]  # checks both files first
     if args.out is not None and args.out.exists():
         raise InputError(f"{args.out}: exists; choose another --out (nothing is overwritten)")
-    hyps = _translate(args, [s for s, _ in pairs], str(args.src))
+    model, tokenizer = _load(args)
+    with cpu_threads(args.threads), _progress(len(pairs), "translating") as bar:
+        hyps = translate_lines(model, tokenizer, [s for s, _ in pairs], beam=args.beam, alpha=args.alpha,
+                               max_len_b=args.max_len_b, max_tokens=args.max_tokens, where=str(args.src),
+                               on_batch=bar.update)
     if args.out is not None:
         args.out.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
     print(corpus_scores(hyps, [r for _, r in pairs]).format())
@@ -85,8 +155,17 @@ def evaluate(args) -> int:
 
 
 def average(args) -> int:
-    out = checkpointing.average_last(args.run_dir, args.last, args.out, force=args.force)
-    print(f"wrote {out} (average of the last {args.last} checkpoints, §6.1)")
+    out, names = checkpointing.average_last(args.run_dir, args.last, args.out, force=args.force)
+    print(f"wrote {out} (average of the last {len(names)} checkpoints, {names[0]} .. {names[-1]}, §6.1)")
+    return 0
+
+
+def export_tensorboard(args) -> int:
+    """metrics.jsonl as TensorBoard event files (train/tensorboard.py)."""
+    from train.tensorboard import export_run
+
+    path, count = export_run(args.run_dir, args.out)
+    print(f"wrote {count} scalars to {path}; view with: tensorboard --logdir {path.parent}")
     return 0
 
 
@@ -100,8 +179,9 @@ def plot(args) -> int:
     written = plot_run(args.run_dir)
     checkpoints = list_checkpoints(args.run_dir)
     sentence = args.sentence
-    if sentence is None and (args.run_dir / "data" / "valid.en").is_file():
-        sentence = next((line for _, line in iter_lines(args.run_dir / "data" / "valid.en") if line), None)
+    valid_src = _recorded_file(args.run_dir, "valid_src")
+    if sentence is None and valid_src is not None and valid_src.is_file():
+        sentence = next((line for _, line in iter_lines(valid_src) if line), None)
     if checkpoints and sentence:
         model, tokenizer = checkpointing.load_for_inference(checkpoints[-1])
         translation = translate_lines(model, tokenizer, [sentence], beam=1)[0]
@@ -110,6 +190,16 @@ def plot(args) -> int:
     for path in written:
         print(f"wrote {path}")
     return 0
+
+
+def _recorded_file(run_dir: Path, name: str) -> Path | None:
+    """A data file the run trained with (run_dir/prepared.json), e.g. "valid_src"; None if not recorded."""
+    from train.prepare import RECORD_FILE
+
+    try:
+        return Path(json.loads((run_dir / RECORD_FILE).read_text(encoding="utf-8"))["files"][name]["path"])
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def demo(run_dir: Path, overrides: list[str], force: bool, progress: bool, config_path: Path) -> int:
@@ -167,6 +257,31 @@ def bench(args) -> int:
     return 0
 
 
+def scale(args) -> int:
+    """Project data-parallel training on 1-8 devices from a measured step and all-reduce (train/scale.py)."""
+    from train import scale as scale_lib
+
+    if args.allreduce_only:
+        scale_lib.allreduce_only(args.backend, args.json)
+        return 0
+    for link in args.link:
+        if link not in scale_lib.LINKS and not _is_positive_number(link):
+            raise InputError(f"--link must be one of {', '.join(scale_lib.LINKS)} or a bus bandwidth in GB/s, got {link!r}")
+    if args.accum < 1 or args.bucket_mb < 0 or (args.step_ms is not None and args.step_ms <= 0):
+        raise InputError("--accum must be at least 1, --bucket-mb 0 or more and --step-ms positive")
+    preset = args.preset or ("base" if args.backend in ("cuda", "cupy", "gpu") else "cpu")
+    scale_lib.run(preset, args.backend, args.step_ms, args.batch, args.link, args.bucket_mb, args.accum,
+                  args.steps, args.json)
+    return 0
+
+
+def _is_positive_number(text: str) -> bool:
+    try:
+        return float(text) > 0
+    except ValueError:
+        return False
+
+
 def evalb(args) -> int:
     """EVALB's report for TEST against GOLD; its per-sentence errors go to stderr as evalb prints them."""
     from train.evalb import COLLINS, EvalbParams, evaluate, read_lines
@@ -183,19 +298,30 @@ def parse_eval(args) -> int:
     """Parse the gold trees' sentences (§6.3), score with EVALB, and print the right-branching baseline beside."""
     from train import parse_eval as parsing
     from train.evalb import COLLINS, EvalbParams
+    from train.translate import translate_lines
 
     _check_decoding(args)
     params = EvalbParams.read(args.prm) if args.prm else COLLINS
     if args.out is not None and args.out.exists():
         raise InputError(f"{args.out}: exists; choose another --out (nothing is overwritten)")
-    gold = parsing.read_gold(args.gold)
+    gold_path = args.gold
+    if gold_path.is_dir():  # a ptb run: the gold trees of the test split it was prepared with
+        test_trees = _recorded_file(gold_path, "test_tgt")
+        if test_trees is None:
+            raise InputError(f"{gold_path}: not a ptb run directory (no test split in its prepared.json)")
+        gold_path = test_trees.with_suffix(".gold")
+    gold = parsing.read_gold(gold_path)
+    model, tokenizer = _load(args)
     start = time.perf_counter()
-    outputs = _translate(args, [" ".join(tree.words()) for tree in gold], str(args.gold))
+    with cpu_threads(args.threads), _progress(len(gold), "parsing") as bar:
+        outputs = translate_lines(model, tokenizer, [" ".join(tree.words()) for tree in gold], beam=args.beam,
+                                  alpha=args.alpha, max_len_b=args.max_len_b, max_tokens=args.max_tokens,
+                                  where=str(gold_path), on_batch=bar.update)
     parses, repaired = parsing.parses_from_outputs(outputs, gold)
-    print(f"parsed {len(parses)} sentences of {args.gold} in {time.perf_counter() - start:.0f} s (beam {args.beam}, "
+    print(f"parsed {len(parses)} sentences of {gold_path} in {time.perf_counter() - start:.0f} s (beam {args.beam}, "
           f"α {args.alpha}, at most input + {args.max_len_b} tokens); {repaired} outputs needed repair")
     if args.out is not None:
-        args.out.write_text("".join(f"{tree}\n" for tree in parses), encoding="utf-8")
+        write_atomic(args.out, "".join(f"{tree}\n" for tree in parses).encode("utf-8"))
     reports = {"model": parsing.score(gold, parses, params),
                "right-branching": parsing.score(gold, parsing.baseline(gold), params)}
     print(f"EVALB ({args.prm.name if args.prm else 'COLLINS.prm settings'}) on the same {len(gold)} gold trees, "
@@ -212,4 +338,12 @@ def doctor(args) -> int:
     return 0
 
 
-__all__ = ["fit", "translate", "evaluate", "average", "plot", "demo", "bench", "doctor", "evalb", "parse_eval"]
+def ablate(args) -> int:
+    """Table 3's variations of a config, trained (resuming) and set beside the paper (train/ablate.py)."""
+    from train import ablate as ablate_lib
+
+    return ablate_lib.command(args)
+
+
+__all__ = ["fit", "prepare", "translate", "evaluate", "average", "export_tensorboard", "plot", "demo", "bench",
+           "doctor", "ablate", "scale", "evalb", "parse_eval"]

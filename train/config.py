@@ -28,7 +28,7 @@ from train.errors import InputError
 from transformer.config import TransformerConfig
 
 TASK_KINDS = ("builtin", "files", "multi30k", "ptb")
-PRECISIONS = ("fp32", "fp16")
+PRECISIONS = ("fp32", "bf16", "fp16")
 BACKENDS = ("numpy", "numba", "cupy", "cpu", "cuda")
 
 
@@ -95,7 +95,7 @@ class TrainConfig:
     clip_norm: float = 0.0  # 0 = no clipping (the paper does not clip)
     seed: int = 0  # model init, dropout, batch order
     backend: str = "cpu"  # minitensor backend: numpy, numba, cupy, cpu (best CPU), cuda
-    precision: str = "fp32"  # "fp16" = mixed precision with dynamic loss scaling (cuda only)
+    precision: str = "fp32"  # "bf16" = mixed precision (cuda only); "fp16" = the same with dynamic loss scaling
     threads: int = 0  # CPU threads for BLAS and Numba; 0 = the libraries' default (train/threads.py)
     log_every: int = 100  # updates between log lines
     valid_every: int = 1000  # updates between validations (0 = only at the end)
@@ -104,19 +104,30 @@ class TrainConfig:
     ckpt_every: int = 1000  # updates between checkpoints
     ckpt_minutes: float = 0.0  # also checkpoint every this many minutes (0 = off; §6.1 used 10)
     keep_last: int = 5  # checkpoints kept on disk
+    keep_last_full: int = 1  # of those, the newest this many keep Adam's state (an exact resume); the rest weights only
     average_last: int = 5  # §6.1: average this many last checkpoints for the final model (base 5, big 20)
+    patience: int = 0  # stop after this many validations without a better validation BLEU (0 = never)
+    bucket_mb: float = 25.0  # many GPUs: all-reduce gradients in buckets of this many MB during backward (0 = after it)
+    check_replicas: bool = False  # many GPUs, debug: check that every rank holds the same weights after the first update
 
     def __post_init__(self):
         _choice("train.backend", self.backend, BACKENDS)
+        if self.bucket_mb < 0:
+            raise InputError(f"train.bucket_mb must be 0 (no overlap) or positive, got {self.bucket_mb}")
         _choice("train.precision", self.precision, PRECISIONS)
         if self.threads < 0:
             raise InputError(f"train.threads must be 0 (library default) or positive, got {self.threads}")
         for name in ("max_tokens", "accum", "max_steps", "warmup_steps", "log_every",
-                     "ckpt_every", "keep_last", "average_last", "valid_beam"):
+                     "ckpt_every", "keep_last", "keep_last_full", "average_last", "valid_beam"):
             _positive(f"train.{name}", getattr(self, name))
         if self.average_last > self.keep_last:
             raise InputError(f"train.average_last ({self.average_last}) cannot exceed "
                              f"train.keep_last ({self.keep_last}): the older checkpoints are deleted")
+        if self.keep_last_full > self.keep_last:
+            raise InputError(f"train.keep_last_full ({self.keep_last_full}) cannot exceed "
+                             f"train.keep_last ({self.keep_last})")
+        if self.patience < 0:
+            raise InputError(f"train.patience must be 0 (never stop early) or positive, got {self.patience}")
 
 
 @dataclass(frozen=True)
@@ -157,7 +168,9 @@ TOKENIZER_OWNED = ("vocab_size", "pad_id", "unk_id", "bos_id", "eos_id")
 RESUMABLE_KEYS = frozenset({
     "name", "train.max_steps", "train.log_every", "train.valid_every", "train.valid_bleu_sentences",
     "train.valid_beam", "train.ckpt_every", "train.ckpt_minutes", "train.keep_last",
-    "train.average_last", "train.backend", "train.threads", "model.impl",
+    "train.average_last", "train.backend", "train.threads", "model.impl", "train.keep_last_full",
+    "train.patience", "train.bucket_mb", "train.check_replicas",
+    "train.accum",  # with another number of ranks, keep ranks x accum (the batches per update) the same
 }) | {f"decode.{f.name}" for f in dataclasses.fields(DecodeConfig)}
 
 

@@ -9,27 +9,32 @@ clip, and take one Adam step (β₁ 0.9, β₂ 0.98, ε 1e-9) at the rate of Eq.
 This file is the bookkeeping around it: data order, logging, validation,
 checkpoints, signals.
 
-The run directory holds everything: config.json (the resolved config),
-tokenizer.model, data/ (the built-in task), cache/ (token ids), metrics.jsonl,
-and ckpt_<step:08d>.safetensors (the last `keep_last`). A checkpoint stores the
-weights, the Adam moments and step, the data position (epoch, batch) and the
-dropout RNG state, so that stopping at step N and running again continues
-exactly as if the run had never stopped. Nothing in an existing run directory
-is overwritten unless `force=True` (which starts the run over).
+The run directory holds the run: config.json (the resolved config), prepared.json
+(which prepared data it trains on: train/prepare.py; the data itself is shared, in
+`data_dir`), tokenizer.model, metrics.jsonl, ckpt_<step:08d>.safetensors (the last
+`keep_last`; train/checkpointing.py) and best.safetensors (the best validation BLEU
+so far). A checkpoint stores the weights, the Adam moments and step, the data position
+(epoch, batch) and the dropout RNG state, so that stopping at step N and running again
+continues exactly as if the run had never stopped. Nothing in an existing run directory
+is overwritten unless `force=True` (which starts the run over, deleting only this
+tool's files), and one process at a time trains in it (train/run_dir.py).
+
+Many devices (README, "Many GPUs"): `fit(..., comm=)` trains data-parallel over the ranks
+of a train/distributed.py communicator; every rank takes its share of each update
+(batching.shard), rank 0 alone writes, logs and validates.
 
 Faults (tests/test_reliability.py): SIGINT/SIGTERM finish the current update,
 write a checkpoint and return (FitResult.stopped says why); a non-finite loss
 or gradient in fp32 raises DivergedError before the optimizer step, so the
 newest checkpoint stays the last good one; an unwritable run directory is an
-InputError before anything is trained.
+InputError before anything is trained. With `train.patience` the run also stops
+after that many validations without a better BLEU (FitResult.stopped = "early stopping").
 
 Shapes: B pairs in a batch, S source length, T target length, V vocab.
 """
 
-import json
+import contextlib
 import math
-import os
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -40,27 +45,25 @@ from tqdm import tqdm
 
 import minitensor as mt
 from minitensor.optim import Adam, NoamSchedule
-from train import checkpointing, config as config_lib
-from train.batching import epoch_batches
+from train import checkpointing
+from train.batching import epoch_batches, shard
 from train.checkpointing import Progress, TrainState
 from train.config import RunConfig
+from train.distributed import Silent, SingleProcess, agree, agree_on_signal, rank_zero_first
 from train.errors import InputError
 from train.evaluate import corpus_scores
 from train.faults import StopSignals, raise_diverged
+from train.grad_sync import GradSync
 from train.loss_scaler import DynamicLossScaler
 from train.metrics import MetricsWriter, mfu, peak_tflops, train_flops
 from train.prepare import Prepared, corpus_batch, make_model_inputs, prepare, split_batches
+from train.run_dir import RunLock, open_run_dir, start_run
 from train.step import StepStats, train_step
 from train.threads import cpu_threads
 from train.translate import translate_ids
 from transformer.checkpoint import list_checkpoints
 from transformer.loss import LabelSmoothingLoss
 from transformer.model import Transformer
-
-# Files and folders this tool writes in a run directory (the only ones --force removes).
-RUN_FILES = ("config.json", "metrics.jsonl", "tokenizer.model", "tokenizer.vocab", "data", "cache", "plots",
-             "test.hyp", "averaged.safetensors")
-
 
 @dataclass
 class FitResult:
@@ -71,7 +74,7 @@ class FitResult:
     progress: Progress
     checkpoints: list[Path] = field(default_factory=list)
     last_valid: dict | None = None
-    stopped: str | None = None  # "SIGINT" / "SIGTERM" when a signal ended the run early
+    stopped: str | None = None  # "SIGINT" / "SIGTERM" / "early stopping" when the run ended before max_steps
 
 
 class Logger:
@@ -85,70 +88,6 @@ class Logger:
             self.bar.write(message)
         else:
             print(message, flush=True)
-
-
-# ------------------------------------------------------------------ run directory
-def prepare_run_dir(run_config: RunConfig, run_dir: Path, force: bool) -> bool:
-    """Create or check the run dir; returns True when resuming an existing run.
-
-    An existing run dir must hold a run with the same config (keys in
-    config.RESUMABLE_KEYS may differ); anything else is an InputError unless
-    `force`, which removes this tool's files (and only those) first. A run
-    that never reached its first checkpoint (say, its data had an error) holds
-    nothing worth keeping, so a new config simply starts it over.
-    """
-    saved = run_dir / "config.json"
-    if force and run_dir.exists():
-        _remove_run_files(run_dir)
-    resuming = saved.is_file()
-    if resuming:
-        old = json.loads(saved.read_text(encoding="utf-8"))
-        changed = [k for k in config_lib.diff(old, run_config.to_dict()) if k not in config_lib.RESUMABLE_KEYS]
-        if changed and not list_checkpoints(run_dir):
-            _remove_run_files(run_dir)
-            resuming = False
-        elif changed:
-            shown = ", ".join(f"{k} ({_lookup(old, k)!r} -> {_lookup(run_config.to_dict(), k)!r})"
-                              for k in changed[:3])
-            raise InputError(f"{saved}: this run was started with a different config: {shown}; "
-                             f"resume with the same settings, use another --run-dir, or --force to start over")
-    elif not force and run_dir.exists() and any(run_dir.iterdir()):
-        raise InputError(f"{run_dir}: exists and is not empty but holds no run (no config.json); "
-                         f"choose another --run-dir or pass --force")
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as err:  # a file in the way, a read-only or full file system
-        raise InputError(f"{run_dir}: cannot create the run directory ({err.strerror or err})") from None
-    if not os.access(run_dir, os.W_OK | os.X_OK):  # root passes this check: the write below then decides
-        raise InputError(f"{run_dir}: run directory is not writable; choose another --run-dir")
-    # Only keys in RESUMABLE_KEYS can differ here (e.g. a larger train.max_steps): record them.
-    if not resuming or json.loads(saved.read_text(encoding="utf-8")) != run_config.to_dict():
-        tmp = saved.with_suffix(".json.tmp")
-        try:
-            tmp.write_text(config_lib.to_json(run_config) + "\n", encoding="utf-8")
-            tmp.replace(saved)
-        except OSError as err:
-            tmp.unlink(missing_ok=True)
-            raise InputError(f"{run_dir}: cannot write to the run directory ({err.strerror or err})") from None
-    return resuming
-
-
-def _remove_run_files(run_dir: Path) -> None:
-    """Delete what this tool writes in a run dir (RUN_FILES and checkpoints), nothing else."""
-    for name in RUN_FILES:
-        target = run_dir / name
-        if target.is_dir():
-            shutil.rmtree(target)
-        elif target.exists():
-            target.unlink()
-    for path in list_checkpoints(run_dir):
-        path.unlink()
-
-
-def _lookup(data: dict, dotted: str):
-    for part in dotted.split("."):
-        data = data.get(part) if isinstance(data, dict) else None
-    return data
 
 
 def _backend_name(run_config: RunConfig) -> str:
@@ -204,78 +143,113 @@ def _next_batches(prepared: Prepared, progress: Progress, seed: int, count: int)
 
 
 def fit(run_config: RunConfig, run_dir: str | Path, force: bool = False, reset_optimizer: bool = False,
-        progress: bool = True) -> FitResult:
+        progress: bool = True, data_dir: str | Path | None = None, comm=None) -> FitResult:
     """Train `run_config` in `run_dir` to train.max_steps, resuming from the latest valid checkpoint.
 
+    The prepared data lives in `data_dir` (default: `prepared/` beside the run directory).
     Raises InputError for problems with the config, the data or the run directory
     (checked before anything is written), CheckpointError for an unusable checkpoint.
+    `comm` (train/distributed.py; default one process): data-parallel training over its ranks.
+    Rank 0 alone writes the run directory, logs, validates and checkpoints; the others read
+    what it prepared and train their share of every update (README, "Many GPUs").
     """
+    comm = SingleProcess() if comm is None else comm
     run_dir = Path(run_dir)
     backend = _backend_name(run_config)
-    resuming = prepare_run_dir(run_config, run_dir, force)
-    with cpu_threads(run_config.train.threads) as threads:
-        if threads:
-            print(f"CPU threads: {', '.join(threads)}", flush=True)
-        return _train(run_config, run_dir, backend, resuming, reset_optimizer, progress)
+    main = comm.rank == 0                      # rank 0 alone owns the run directory
+    if main:
+        open_run_dir(run_dir)
+    with RunLock(run_dir) if main else contextlib.nullcontext():
+        resuming = start_run(run_config, run_dir, force) if main else None
+        with cpu_threads(run_config.train.threads) as threads:
+            if threads and main:
+                print(f"CPU threads: {', '.join(threads)}", flush=True)
+            return _train(run_config, run_dir, backend, resuming, reset_optimizer, progress, data_dir, comm)
 
 
-def _start(run_config: RunConfig, run_dir: Path, backend: str, reset_optimizer: bool,
-           say) -> tuple[TrainState, Prepared]:
-    """The model, optimizer (§5.3), schedule (Eq. (3)) and data state, fresh or restored from the newest checkpoint."""
+def _start(run_config: RunConfig, run_dir: Path, backend: str, reset_optimizer: bool, say, progress: bool,
+           data_dir, verify_data: bool = False) -> tuple[TrainState, Prepared, Path | None]:
+    """The model, optimizer (§5.3), schedule (Eq. (3)) and data state, fresh or restored from a checkpoint.
+
+    `verify_data`: only check the run's record of its prepared data (ranks other than 0 read, never write).
+    """
     train = run_config.train
-    prepared = prepare(run_config, run_dir, log=say)
+    show_bars = progress and sys.stderr.isatty()
+    prepared = prepare(run_config, run_dir, data_dir, resuming=verify_data or bool(list_checkpoints(run_dir)),
+                       log=say, progress=show_bars)
     model_config = run_config.model.replace(vocab_size=prepared.tokenizer.vocab_size)
     rng = np.random.default_rng(train.seed)  # model init and every dropout mask (§5.4)
     model = Transformer(model_config, rng, backend=backend, precision=train.precision)
     schedule = NoamSchedule(model_config.d_model, warmup=train.warmup_steps, factor=train.lr_factor)  # §5.3 Eq. (3)
     optimizer = Adam(list(model.named_parameters()), lr=schedule, betas=(train.adam_beta1, train.adam_beta2),
-                     eps=train.adam_eps)
+                     eps=train.adam_eps, half_dtype=model.compute_dtype)   # mixed precision: the half weights
     scaler = DynamicLossScaler() if train.precision == "fp16" else None
     state = TrainState(run_config, model, optimizer, rng, prepared.tokenizer, scaler)
-    latest = checkpointing.latest(run_dir)
-    if latest is not None:
-        checkpointing.restore(latest, state, reset_optimizer)
+    resumed = checkpointing.resume_point(run_dir, reset_optimizer, say)
+    if resumed is not None:
+        checkpointing.restore(resumed, state, reset_optimizer)
         at = state.progress
-        say(f"restored {latest.name} (step {at.step}, epoch {at.epoch}, batch {at.batch_pos})"
+        say(f"restored {resumed.name} (step {at.step}, epoch {at.epoch}, batch {at.batch_pos})"
             + ("; optimizer reset" if reset_optimizer else ""))
     say(f"model: {model.num_parameters():,} parameters, vocab {model_config.vocab_size}, backend {backend}, "
         f"{model_config.impl} ops; {len(prepared.batches)} batches per epoch")
-    return state, prepared
+    return state, prepared, resumed
+
+
+def logged_step(step: int, log_every: int) -> bool:
+    """Steps with a log line: every `log_every`, and before that 1, 2, 4, 8, ... so a run speaks at once."""
+    return step % log_every == 0 or (step < log_every and step & (step - 1) == 0)
 
 
 def _train(run_config: RunConfig, run_dir: Path, backend: str, resuming: bool, reset_optimizer: bool,
-           progress: bool) -> FitResult:
+           progress: bool, data_dir, comm) -> FitResult:
     train = run_config.train
-    say = Logger(None)
+    main = comm.rank == 0                      # rank 0 alone logs, validates and writes
+    say = Logger(None) if main else Silent()
     say(f"{'resuming' if resuming else 'starting'} run {run_config.name!r} in {run_dir}")
-    state, prepared = _start(run_config, run_dir, backend, reset_optimizer, say)
+    with rank_zero_first(comm):                # rank 0 prepares the data; the other ranks then read it
+        state, prepared, resumed = _start(run_config, run_dir, backend, reset_optimizer, say, progress and main,
+                                          data_dir, verify_data=not main)
+    sync = GradSync(state.optimizer, comm, train.bucket_mb)
+    sync.broadcast_parameters()                # every rank starts from rank 0's weights
+    if comm.world_size > 1:
+        ranks = comm.describe()                # collective: every rank takes part
+        say(f"data parallel over {comm.world_size} ranks, {train.accum} batches each per update; {ranks}")
     model, at = state.model, state.progress
     loss_fn = LabelSmoothingLoss(model.config.eps_ls, model.config.pad_id, model.config.impl)  # §5.4
     result = FitResult(run_dir, model, state.tokenizer, prepared, at, list_checkpoints(run_dir))
     if at.step >= train.max_steps:
         say(f"already trained to step {at.step} (train.max_steps = {train.max_steps}); nothing to do")
         return result
+    if train.patience and at.bad_validations >= train.patience:
+        result.stopped = "early stopping"
+        say(f"already stopped early at step {at.step} (no better validation in {at.bad_validations} validations, "
+            f"train.patience = {train.patience}); nothing to do")
+        return result
 
-    metrics = MetricsWriter(run_dir / "metrics.jsonl")
+    metrics = MetricsWriter(run_dir / "metrics.jsonl") if main else Silent()
     if at.step > 0:
-        metrics.write("resume", at.step, checkpoint=list_checkpoints(run_dir)[-1].name)
+        metrics.write("resume", at.step, checkpoint=resumed.name)
     device = "cpu" if model.backend.device == "cpu" else _gpu_name()
     peak, _ = peak_tflops(device, train.precision)
     bar = tqdm(total=train.max_steps, initial=at.step, unit="step", dynamic_ncols=True,
-               disable=not (progress and sys.stderr.isatty()))
-    say = Logger(bar)
+               disable=not (progress and main and sys.stderr.isatty()))
+    say = Logger(bar) if main else Silent()
     window = _Window()
     last_ckpt_time = time.perf_counter()
+    first_step = at.step
     try:
         with StopSignals() as stop:
             model.train()
             while at.step < train.max_steps:
                 t0 = time.perf_counter()
-                batches = [corpus_batch(prepared.train, b)
-                           for b in _next_batches(prepared, at, train.seed, train.accum)]
-                log_now = (at.step + 1) % train.log_every == 0
+                update = _next_batches(prepared, at, train.seed, train.accum * comm.world_size)
+                batches = [corpus_batch(prepared.train, b) for b in shard(update, comm.rank, comm.world_size)]
+                log_now = logged_step(at.step + 1, train.log_every)
                 stats = train_step(model, batches, state.optimizer, loss_fn, state.scaler, train.clip_norm,
-                                   measure_grad_norm=log_now)
+                                   measure_grad_norm=log_now, sync=sync, rng=state.rng)
+                if train.check_replicas and at.step == first_step:
+                    sync.check_replicas()      # debug: every rank holds rank 0's weights after the first update
                 if not stats.finite and state.scaler is None:  # fp32: the run diverged; stop before it spreads
                     raise_diverged(model, stats.loss_sum, at.step + 1, run_dir)
                 at.step += 1
@@ -291,19 +265,31 @@ def _train(run_config: RunConfig, run_dir: Path, backend: str, resuming: bool, r
                                     tok_s=f"{record['tgt_tokens_per_s']:.0f}")
                     say(_format_train(at.step, record))
                     window = _Window()
-                if train.valid_every and at.step % train.valid_every == 0 and at.step < train.max_steps:
-                    result.last_valid = _run_validation(model, loss_fn, prepared, run_config, at, metrics, say)
+                early_stop = False
+                if (train.valid_every and at.step % train.valid_every == 0) or at.step == train.max_steps:
+                    if main:
+                        result.last_valid = _run_validation(model, loss_fn, prepared, run_config, state, run_dir,
+                                                            metrics, say)
+                        early_stop = bool(train.patience) and at.bad_validations >= train.patience
+                    early_stop = agree(comm, early_stop)   # rank 0 decides; every rank stops with it
+                stopping = agree_on_signal(comm, stop.received)   # all ranks stop after the same update
                 minutes_due = train.ckpt_minutes > 0 and time.perf_counter() - last_ckpt_time >= 60 * train.ckpt_minutes
-                if at.step % train.ckpt_every == 0 or minutes_due or at.step == train.max_steps or stop.received:
+                if main and (at.step % train.ckpt_every == 0 or minutes_due or at.step == train.max_steps or stopping
+                             or early_stop):
                     saved = checkpointing.save(run_dir, state)
                     last_ckpt_time = time.perf_counter()
-                if stop.received:  # SIGINT/SIGTERM: the update is done and saved
-                    result.stopped = stop.received
-                    say(f"{stop.received}: stopped after step {at.step}, checkpoint {saved.name} written; "
-                        f"run the same command again to resume")
+                if stopping:  # SIGINT/SIGTERM: the update is done and saved
+                    result.stopped = stopping
+                    if main:
+                        say(f"{stopping}: stopped after step {at.step}, checkpoint {saved.name} written; "
+                            f"run the same command again to resume")
                     break
-            else:
-                result.last_valid = _run_validation(model, loss_fn, prepared, run_config, at, metrics, say)
+                if early_stop:
+                    result.stopped = "early stopping"
+                    say(f"early stopping at step {at.step}: no better validation in {at.bad_validations} "
+                        f"validations (train.patience = {train.patience}); the best is step {at.best_step}, "
+                        f"{checkpointing.BEST_FILE}")
+                    break
     except KeyboardInterrupt:
         say(f"interrupted at step {at.step}; run the same command again to resume from the last checkpoint")
         raise
@@ -315,12 +301,22 @@ def _train(run_config: RunConfig, run_dir: Path, backend: str, resuming: bool, r
     return result
 
 
-def _run_validation(model, loss_fn, prepared, run_config, at: Progress, metrics, say) -> dict:
+def _run_validation(model, loss_fn, prepared, run_config, state: TrainState, run_dir: Path, metrics, say) -> dict:
+    """Validate, log, and keep best.safetensors and the early-stopping count up to date."""
+    at = state.progress
     record = validate(model, loss_fn, prepared, run_config)
-    metrics.write("valid", at.step, **record)
+    score = record["bleu"] if "bleu" in record else -record["loss"]  # BLEU decides; without it, the loss
+    improved = at.best_score is None or score > at.best_score
+    if improved:
+        at.best_score, at.best_step, at.bad_validations = score, at.step, 0
+        checkpointing.save_best(run_dir, state, record)
+    else:
+        at.bad_validations += 1
+    metrics.write("valid", at.step, best=improved, **record)
     bleu = f", BLEU {record['bleu']:.2f} on {record['bleu_sentences']} sentences" if "bleu" in record else ""
+    best = " (best so far: best.safetensors)" if improved else f" (best: step {at.best_step})"
     say(f"step {at.step:>7} | valid loss {record['loss']:.3f}, nll {record['nll']:.3f}, "
-        f"ppl {record['ppl']:.2f}{bleu}")
+        f"ppl {record['ppl']:.2f}{bleu}{best}")
     return record
 
 

@@ -10,23 +10,25 @@ double back.
 MFU (model FLOPs utilisation) = achieved model FLOP/s / the device's peak.
 Model FLOPs follow the usual estimate: a forward pass costs 2 FLOPs per
 weight per token plus the attention products, a backward pass twice that.
-The paper reports training cost in FLOPs too (Table 2).
+The paper reports training cost in FLOPs too (Table 2). GPUs have a datasheet
+peak (PEAK_TFLOPS); a CPU has none we can trust (the clock in /proc/cpuinfo is
+the current one, not the sustained one; FMA units per core and the threads the
+run uses vary), so on a CPU MFU is not reported rather than reported wrong.
 
 Shapes: S source length, T target length, D = d_model, H heads, K = d_k, V vocab.
 """
 
 import json
-import os
-import re
+import time
 from pathlib import Path
 
 # Peak dense TFLOP/s per precision, from the vendors' datasheets (no sparsity).
-# "fp32" is the plain CUDA-core rate; "tf32"/"fp16" the tensor-core rates.
+# "fp32" is the plain CUDA-core rate; "tf32"/"fp16"/"bf16" the tensor-core rates.
 PEAK_TFLOPS = {
-    "H200": {"fp32": 67.0, "tf32": 495.0, "fp16": 989.0},
-    "H100 PCIe": {"fp32": 51.0, "tf32": 378.0, "fp16": 756.0},
-    "H100": {"fp32": 67.0, "tf32": 495.0, "fp16": 989.0},  # SXM
-    "A100": {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0},
+    "H200": {"fp32": 67.0, "tf32": 495.0, "fp16": 989.0, "bf16": 989.0},
+    "H100 PCIe": {"fp32": 51.0, "tf32": 378.0, "fp16": 756.0, "bf16": 756.0},
+    "H100": {"fp32": 67.0, "tf32": 495.0, "fp16": 989.0, "bf16": 989.0},  # SXM
+    "A100": {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},
     "V100": {"fp32": 15.7, "fp16": 125.0},  # SXM2
     "P100": {"fp32": 9.3, "fp16": 18.7},  # PCIe; §5.2 trained on 8 of these
 }
@@ -41,7 +43,7 @@ class MetricsWriter:
         self.file = open(self.path, "a", encoding="utf-8")
 
     def write(self, kind: str, step: int, **values) -> dict:
-        record = {"kind": kind, "step": int(step), **values}
+        record = {"kind": kind, "step": int(step), "time": round(time.time(), 3), **values}
         self.file.write(json.dumps(record, sort_keys=True) + "\n")
         self.file.flush()
         return record
@@ -103,22 +105,6 @@ def train_flops(model_config, src_tokens: int, tgt_tokens: int, src_len: int, tg
     return 3.0 * forward_flops(model_config, src_tokens, tgt_tokens, src_len, tgt_len)
 
 
-def _cpu_peak_tflops() -> float | None:
-    """Cores × clock × FP32 FLOPs/cycle (AVX-512: 64, AVX2+FMA: 32), from /proc/cpuinfo; None if unknown."""
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return None
-    flags = re.search(r"^flags\s*:(.*)$", info, re.M)
-    mhz = re.search(r"^cpu MHz\s*:\s*([\d.]+)", info, re.M)
-    if not flags or not mhz:
-        return None
-    flag_set = set(flags.group(1).split())
-    per_cycle = 64 if "avx512f" in flag_set else 32 if {"avx2", "fma"} <= flag_set else 8
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return cores * float(mhz.group(1)) * 1e6 * per_cycle / 1e12
-
-
 def peak_tflops(device_name: str, precision: str = "fp32") -> tuple[float | None, str]:
     """(peak dense TFLOP/s or None, a label saying where it came from) for a device name."""
     for key, table in PEAK_TFLOPS.items():
@@ -126,10 +112,7 @@ def peak_tflops(device_name: str, precision: str = "fp32") -> tuple[float | None
             if precision in table:
                 return table[precision], f"{key} {precision} datasheet"
             return None, f"{key} has no {precision} entry"
-    if device_name.lower().startswith("cpu"):
-        peak = _cpu_peak_tflops()
-        return peak, "CPU estimate (cores x clock x SIMD width)" if peak else "n/a"
-    return None, "n/a"
+    return None, "n/a (no datasheet peak for this device)"
 
 
 def mfu(flops_per_second: float, peak: float | None) -> float | None:

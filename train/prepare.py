@@ -1,10 +1,13 @@
-"""Everything a run needs before the first step: files, tokenizer, token ids, batches (§5.1).
+"""Everything a run needs before the first step: prepared data, dev/test pairs, batches (§5.1).
 
-`prepare(config, run_dir)` resolves the task's files (generating the built-in
-task into `run_dir/data`), trains the shared BPE tokenizer on the training
-text or reuses `run_dir/tokenizer.model`, tokenizes the training corpus into a
-memory-mapped cache (`run_dir/cache/train`), reads the validation and test
-pairs, and cuts the training pairs into token-budget batches.
+`prepare(config, run_dir, data_dir)` gets the prepared tokenizer and token ids from
+train/prepared_data.py (made once, shared by runs: `python -m train prepare`), copies
+the tokenizer into the run directory (where `translate` and `evaluate` look for it),
+records in `run_dir/prepared.json` which data the run uses, reads the validation and
+test pairs, and cuts the training pairs into token-budget batches.
+
+A run that resumes must find the same data: every input file's sha256 is compared with
+the record, and a difference is an InputError that names the file.
 
 Model inputs (§3.1: "the output embeddings are offset by one position"):
 source = ids + [EOS]; target input = [BOS] + ids; target output = ids + [EOS].
@@ -13,19 +16,22 @@ So each side costs len(ids) + 1 positions, and that is what batching counts.
 Shapes: B pairs in a batch, S source length, T target length.
 """
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from train import ptb, tasks
 from train.batching import make_batches, pad_batch
-from train.config import RunConfig, TaskConfig
-from train.data import TokenizedCorpus, iter_parallel, multi30k_paths, read_parallel, shared_data_dir
+from train.config import RunConfig
+from train.corpus import TokenizedCorpus
+from train.data import read_parallel, write_atomic
 from train.errors import InputError
+from train.prepared_data import SPLIT_FILES, PreparedData, prepare_data
 from train.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 
 TOKENIZER_FILE = "tokenizer.model"
+RECORD_FILE = "prepared.json"
 
 
 @dataclass
@@ -49,65 +55,12 @@ class Prepared:
     valid: Split
     test: Split | None
     paths: dict[str, tuple[Path, Path] | None]
+    data: PreparedData
 
 
-def _shared_path(value: str, key: str) -> Path:
-    root = shared_data_dir()
-    if root is None:
-        raise InputError(f"task.{key} = {value!r}: the shared data folder (<repo>/../shared/data) "
-                         f"is not here; point task.{key} at your own file")
-    return root / value.removeprefix("shared:")
-
-
-def _task_path(value: str, key: str) -> Path:
-    """A path from the config: `shared:...` is under ../shared/data, anything else is the user's."""
-    return _shared_path(value, key) if value.startswith("shared:") else Path(value).expanduser()
-
-
-def resolve_paths(task: TaskConfig, run_dir: Path) -> dict[str, tuple[Path, Path] | None]:
-    """{"train": (src, tgt), "valid": (src, tgt), "test": (src, tgt) or None} for the task."""
-    if task.kind == "builtin":
-        data_dir = run_dir / "data"
-        if not (data_dir / "test.de").is_file():  # generation is deterministic: reuse what is there
-            tasks.write_task(data_dir, seed=task.seed, n_train=task.n_train, n_valid=task.n_valid,
-                             n_test=task.n_test)
-        return {split: (data_dir / f"{split}.en", data_dir / f"{split}.de") for split in tasks.SPLITS}
-    if task.kind == "ptb":  # §6.3 parsing: treebank files -> (words, linearised tree) files in run_dir/data
-        ranges = {split: getattr(task, f"treebank_{split}") for split in ptb.SPLITS}
-        return ptb.write_splits(_task_path(task.treebank, "treebank"), ranges, run_dir / "data")
-    if task.kind == "multi30k":
-        return {"train": multi30k_paths("train"), "valid": multi30k_paths("val"),
-                "test": multi30k_paths("test")}
-    paths: dict[str, tuple[Path, Path] | None] = {}
-    for split in ("train", "valid", "test"):
-        pair = []
-        for side in ("src", "tgt"):
-            key, value = f"{split}_{side}", getattr(task, f"{split}_{side}")
-            if not value:
-                pair = None
-                break
-            pair.append(_task_path(value, key))
-        if pair is None and split != "test":
-            raise InputError(f"task.{split}_src and task.{split}_tgt must be set for task.kind = 'files' "
-                             f"(edit the config or pass --set task.{split}_src=PATH)")
-        paths[split] = tuple(pair) if pair else None
-    return paths
-
-
-def load_or_train_tokenizer(config: RunConfig, run_dir: Path, train_paths: tuple[Path, Path],
-                            log=print) -> Tokenizer:
-    """run_dir/tokenizer.model if it exists, else a new one trained on both training sides (§5.1)."""
-    path = run_dir / TOKENIZER_FILE
-    if path.is_file():
-        return Tokenizer(path)
-    for _ in iter_parallel(*train_paths):  # line counts and UTF-8 first: fail before minutes of training
-        pass
-    cfg = config.tokenizer
-    log(f"training a shared {cfg.model_type} tokenizer ({cfg.vocab_size} pieces) on {train_paths[0].name} "
-        f"+ {train_paths[1].name}")
-    return Tokenizer.train([Path(train_paths[0]), Path(train_paths[1])], run_dir / "tokenizer",
-                           vocab_size=cfg.vocab_size, model_type=cfg.model_type,
-                           sample_size=cfg.sample_size, seed=config.train.seed)
+def default_data_dir(run_dir: Path) -> Path:
+    """Prepared data lives beside the run directories (runs/demo -> runs/prepared), so runs share it."""
+    return Path(run_dir).resolve().parent / "prepared"
 
 
 def read_split(paths: tuple[Path, Path], tokenizer: Tokenizer, limit: int, log=print) -> Split:
@@ -123,12 +76,15 @@ def read_split(paths: tuple[Path, Path], tokenizer: Tokenizer, limit: int, log=p
                  [s[:limit] for s in src_ids], [t[:limit] for t in tgt_ids])
 
 
-def prepare(config: RunConfig, run_dir: Path, log=print) -> Prepared:
+def prepare(config: RunConfig, run_dir: Path, data_dir: Path | None = None, resuming: bool = False,
+            log=print, progress: bool = False) -> Prepared:
+    """Prepared data for the run; with `resuming`, an InputError if it is not the data the run started on."""
     run_dir = Path(run_dir)
     _remove_partial_files(run_dir)
-    paths = resolve_paths(config.task, run_dir)
-    tokenizer = load_or_train_tokenizer(config, run_dir, paths["train"], log)
-    corpus = TokenizedCorpus.build(*paths["train"], tokenizer, run_dir / "cache" / "train")
+    data = prepare_data(config, data_dir if data_dir is not None else default_data_dir(run_dir), log=log,
+                        progress=progress)
+    _record_data(run_dir, data, resuming)
+    tokenizer, corpus, paths = data.tokenizer, data.corpus, data.paths
     limit = min(config.task.max_len, config.model.max_len - 1)  # one position for BOS/EOS
     index = corpus.indices_within(limit)
     if len(index) == 0:
@@ -142,15 +98,52 @@ def prepare(config: RunConfig, run_dir: Path, log=print) -> Prepared:
     batches = [index[b] for b in positions]
     valid = read_split(paths["valid"], tokenizer, limit, log)
     test = read_split(paths["test"], tokenizer, limit, log) if paths.get("test") else None
-    return Prepared(tokenizer, corpus, index, batches, valid, test, paths)
+    return Prepared(tokenizer, corpus, index, batches, valid, test, paths, data)
+
+
+def _record_data(run_dir: Path, data: PreparedData, resuming: bool) -> None:
+    """Check (resuming) or write run_dir/prepared.json, and keep the run's copy of the tokenizer."""
+    record = {"data": str(data.folder), "key": data.key, "tokenizer_sha256": data.tokenizer.model_hash,
+              "files": {name: {k: v[k] for k in ("path", "size", "sha256")} for name, v in data.files.items()}}
+    path = run_dir / RECORD_FILE
+    if resuming and path.is_file():
+        old = json.loads(path.read_text(encoding="utf-8"))
+        changed = [_describe_change(name, old["files"].get(name), record["files"].get(name)) for name in SPLIT_FILES
+                   if _sha256(old["files"].get(name)) != _sha256(record["files"].get(name))]
+        if old["tokenizer_sha256"] != record["tokenizer_sha256"] and not changed:
+            changed = [f"the tokenizer ({old['tokenizer_sha256'][:12]} -> {record['tokenizer_sha256'][:12]})"]
+        if changed:
+            raise InputError(f"{run_dir}: the data changed since this run started: {'; '.join(changed[:2])}; "
+                             f"resume on the same data, use another --run-dir, or --force to start over")
+    for name in (TOKENIZER_FILE, "tokenizer.vocab"):
+        source, target = data.folder / name, run_dir / name
+        if target.is_file() and target.read_bytes() == source.read_bytes():
+            continue
+        if resuming and name == TOKENIZER_FILE and target.is_file():  # never replace a run's vocabulary
+            raise InputError(f"{target}: differs from the prepared tokenizer {source}; "
+                             f"resume on the same data, use another --run-dir, or --force to start over")
+        write_atomic(target, source.read_bytes())
+    text = json.dumps(record, indent=1).encode("utf-8")
+    if not path.is_file() or path.read_bytes() != text:
+        write_atomic(path, text)
+
+
+def _sha256(file: dict | None) -> str | None:
+    return None if file is None else file["sha256"]
+
+
+def _describe_change(name: str, old: dict | None, new: dict | None) -> str:
+    key = f"task.{name}"
+    if old is None or new is None:
+        return f"{key} was {'added' if old is None else 'removed'}"
+    where = new["path"] if new["path"] == old["path"] else f"{old['path']} -> {new['path']}"
+    return f"{key} {where} has other contents (sha256 {old['sha256'][:12]} -> {new['sha256'][:12]})"
 
 
 def _remove_partial_files(run_dir: Path) -> None:
-    """Delete what a killed preparation left half written: temporaries of atomic writes (*.tmp-<pid>)
-    and raw id streams of an unfinished corpus cache (cache/*/*.raw). None of them is ever read."""
-    for pattern in ("*.tmp-*", "data/*.tmp-*", "cache/*/*.tmp-*", "cache/*/*.raw"):
-        for stale in run_dir.glob(pattern):
-            stale.unlink(missing_ok=True)
+    """Delete the temporaries of atomic writes a killed run left in the run directory (*.tmp-<pid>)."""
+    for stale in run_dir.glob("*.tmp-*"):
+        stale.unlink(missing_ok=True)
 
 
 def make_model_inputs(src_ids, tgt_ids) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -8,18 +8,17 @@ sections 02-21 are 0200-2199. The default is the WSJ sample beside the project
 0180-0189, test 0190-0199). The treebank is a `.zip` or a folder; files are found by
 name anywhere inside it (`combined/` and `parsed/mrg/wsj/SS/` both work).
 
-For each split, `write_splits` writes into the run's data folder:
+For each split, `split_files` makes three text files, which train/prepared_data.py stores
+under the prepared data folder as `ptb-<hash of their content>/`:
     <split>.words   the sentence, words separated by spaces (the source side)
     <split>.tree    its linearised tree, train.trees.linearise (the target side)
     <split>.gold    the cleaned tree on one line, TOP-rooted: the gold file for EVALB
-Files are written atomically and `test.gold` last, so a complete set is reused as it is.
 """
 
 import re
 import zipfile
 from pathlib import Path
 
-from train.data import write_atomic
 from train.errors import InputError
 from train.trees import clean, linearise, read_trees
 
@@ -63,29 +62,24 @@ def _in_range(name: str, first: int, last: int) -> bool:
     return match is not None and first <= int(match[1]) <= last
 
 
-def write_splits(treebank: Path, ranges: dict[str, str], data_dir: Path) -> dict[str, tuple[Path, Path]]:
-    """{split: (words file, tree file)} for train/valid/test, writing them unless already complete.
+def split_files(treebank: Path, ranges: dict[str, str]) -> dict[str, bytes]:
+    """The text files of the three splits: {"train.words": ..., "train.tree": ..., "train.gold": ..., ...}.
 
     `ranges` maps each split to its file-number range, e.g. {"train": "0001-0179", ...}.
     """
-    data_dir = Path(data_dir)
-    paths = {split: (data_dir / f"{split}.words", data_dir / f"{split}.tree") for split in SPLITS}
-    if (data_dir / "test.gold").is_file():
-        return paths
     bounds = {split: parse_range(ranges[split], f"task.treebank_{split}") for split in SPLITS}
-    data_dir.mkdir(parents=True, exist_ok=True)
+    files = {}
     for split in SPLITS:
         trees = [tree for name, data in treebank_files(treebank, *bounds[split])
                  for tree in (clean(t) for t in read_trees(data, name)) if tree is not None]
-        words_path, tree_path = paths[split]
-        write_atomic(words_path, _lines(" ".join(t.words()) for t in trees))
-        write_atomic(tree_path, _lines(" ".join(linearise(t)) for t in trees))
-        write_atomic(data_dir / f"{split}.gold", _lines(str(t) for t in trees))
-    return paths
+        files[f"{split}.words"] = _lines(" ".join(t.words()) for t in trees)
+        files[f"{split}.tree"] = _lines(" ".join(linearise(t)) for t in trees)
+        files[f"{split}.gold"] = _lines(str(t) for t in trees)
+    return files
 
 
 def _lines(texts) -> bytes:
     return "".join(text + "\n" for text in texts).encode("utf-8")
 
 
-__all__ = ["SPLITS", "parse_range", "treebank_files", "write_splits"]
+__all__ = ["SPLITS", "parse_range", "treebank_files", "split_files"]

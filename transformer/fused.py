@@ -44,11 +44,13 @@ class Attention(Function):
     @staticmethod
     def forward(ctx, q, k, v, *, heads, mask=None, p=0.0, seed=None):
         backend, xp = ctx.backend, ctx.backend.xp
-        qh, kh, vh = (split_heads(a, heads) for a in (q, k, v))               # (B, T, H·d) -> (B, H, T, d)
-        scores = xp.matmul(qh, xp.swapaxes(kh, -1, -2))                     # (B, H, Tq, K) @ (B, H, K, Tk)
+        # (B, T, H·d) -> (B, H, T, d), copied once so that each product is one batched GEMM over
+        # B·H matrices one stride apart; a transposed operand (Kᵀ, Dᵀ, dSᵀ) is a view, not a copy.
+        qh, kh, vh = (xp.ascontiguousarray(split_heads(a, heads)) for a in (q, k, v))
+        scores = backend.matmul(qh, xp.swapaxes(kh, -1, -2))                # (B, H, Tq, K) @ (B, H, K, Tk)
         weights = backend.softmax_forward(scores, _scale(qh), mask)          # §3.2.1, Eq. (1): softmax(QKᵀ/√d_k)
         ctx.save_for_backward(qh, kh, vh, weights)
-        out = xp.matmul(inverted_dropout(backend, weights, p, seed), vh)     # (B, H, Tq, Tk) @ (B, H, Tk, Kv)
+        out = backend.matmul(inverted_dropout(backend, weights, p, seed), vh)   # (B, H, Tq, Tk) @ (B, H, Tk, Kv)
         return merge_heads(out), weights                                     # (B, H, Tq, Kv) -> (B, Tq, H·Kv)
 
     @staticmethod
@@ -56,17 +58,17 @@ class Attention(Function):
         qh, kh, vh, weights = ctx.saved
         backend, xp = ctx.backend, ctx.backend.xp
         p, seed = ctx.params["p"], ctx.params["seed"]
-        d_out = split_heads(grad_out, qh.shape[1])                           # (B, Tq, H·Kv) -> (B, H, Tq, Kv)
-        d_dropped = xp.matmul(d_out, xp.swapaxes(vh, -1, -2))                # dD = dO Vᵀ, (B, H, Tq, Tk)
+        d_out = xp.ascontiguousarray(split_heads(grad_out, qh.shape[1]))     # (B, Tq, H·Kv) -> (B, H, Tq, Kv)
+        d_dropped = backend.matmul(d_out, xp.swapaxes(vh, -1, -2))           # dD = dO Vᵀ, (B, H, Tq, Tk)
         d_weights = inverted_dropout(backend, d_dropped, p, seed)            # dW: the same mask
         d_scores = backend.softmax_backward(weights, d_weights, _scale(qh))  # dS (the 1/√d_k included)
         need_q, need_k, need_v = ctx.needs_input_grad
-        dq = merge_heads(xp.matmul(d_scores, kh)) if need_q else None                        # dQ = dS K
-        dk = merge_heads(xp.matmul(xp.swapaxes(d_scores, -1, -2), qh)) if need_k else None   # dK = dSᵀ Q
+        dq = merge_heads(backend.matmul(d_scores, kh)) if need_q else None                        # dQ = dS K
+        dk = merge_heads(backend.matmul(xp.swapaxes(d_scores, -1, -2), qh)) if need_k else None   # dK = dSᵀ Q
         dv = None
         if need_v:
             dropped = inverted_dropout(backend, weights, p, seed)            # D again, from W and the seed
-            dv = merge_heads(xp.matmul(xp.swapaxes(dropped, -1, -2), d_out))                 # dV = Dᵀ dO
+            dv = merge_heads(backend.matmul(xp.swapaxes(dropped, -1, -2), d_out))                 # dV = Dᵀ dO
         return dq, dk, dv
 
 
@@ -93,17 +95,17 @@ class DropoutAddLayerNorm(Function):
     of each sub-layer, before it is added to the sub-layer input and normalized", §5.4).
     One op instead of three (dropout, add, layernorm), each way. Backward: dz from the
     layernorm kernel for z = x + Dropout_p(s), then dx = dz and ds = Dropout_p(dz) with
-    the same mask, regenerated from the seed. γ, β may be float32 masters under float16
-    activations (cast inside; their gradients come back in their own dtype).
+    the same mask, regenerated from the seed. γ, β may be float32 masters under half-precision
+    activations (read as they are; their gradients come back in float32).
     """
 
     @staticmethod
     def forward(ctx, x, s, gamma, beta, *, eps, p=0.0, seed=None):
-        z = x + inverted_dropout(ctx.backend, s, p, seed)                     # x + Dropout(Sublayer(x))
+        z = ctx.backend.add(x, inverted_dropout(ctx.backend, s, p, seed))    # x + Dropout(Sublayer(x))
         return layer_norm_forward(ctx, z, gamma, beta, eps)                   # §3.1: LayerNorm(...)
 
     @staticmethod
     def backward(ctx, grad_out):
-        dz, dgamma, dbeta = layer_norm_backward(ctx, grad_out, param_dtype=ctx.input_dtypes[2])
+        dz, dgamma, dbeta = layer_norm_backward(ctx, grad_out)
         ds = inverted_dropout(ctx.backend, dz, ctx.params["p"], ctx.params["seed"])   # the same mask
         return dz, ds, dgamma, dbeta

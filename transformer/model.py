@@ -22,6 +22,7 @@ import numpy as np
 
 import minitensor as mt
 from minitensor import nn
+from minitensor.dtypes import BF16
 
 from .config import TransformerConfig
 from .embedding import Embeddings
@@ -35,6 +36,7 @@ PRECISIONS = {
     "fp64": (np.float64, np.float64),   # gradient checks and exact comparisons
     "fp32": (np.float32, np.float32),   # the paper's setting (§5.2: P100s in fp32)
     "fp16": (np.float32, np.float16),   # DEVIATION(§5.2): mixed precision, float32 master weights
+    "bf16": (np.float32, BF16),         # DEVIATION(§5.2): the same with bfloat16 (uint16 bits, minitensor/dtypes.py)
 }
 
 
@@ -42,8 +44,9 @@ class Transformer(nn.Module):
     """Encoder-decoder Transformer (Figure 1) built from `config`, weights drawn from `rng`.
 
     `precision` (PRECISIONS) fixes the weights' and the activations' dtypes: the embedded
-    inputs are cast to the activation dtype, and every layer casts its master weights to
-    the activations' dtype, so "fp16" runs the matmuls in half precision.
+    inputs are cast to the activation dtype, and every layer multiplies with a copy of its
+    master weights in the activations' dtype, so "fp16" and "bf16" run the matmuls in half
+    precision. bf16 logits come back as float32 (the loss and the search compute on them).
     `rng` also seeds every dropout mask (one draw per call), so its state replays them.
     """
 
@@ -52,6 +55,9 @@ class Transformer(nn.Module):
         super().__init__()
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
+        if precision == "bf16" and not mt.get_backend(backend).supports_bf16:
+            raise ValueError(f"precision 'bf16' needs a backend with bf16 kernels (numpy, cuda), "
+                             f"not {mt.get_backend(backend).name!r}")
         self.config, self.precision = config, precision
         self.param_dtype, self.compute_dtype = PRECISIONS[precision]
         self.embeddings = Embeddings(config.vocab_size, config.d_model, config.tie_embeddings, rng)
@@ -92,7 +98,10 @@ class Transformer(nn.Module):
         x, self_maps, cross_maps = self.decoder(x, memory, src_mask, tgt_mask, cache)
         if cache is not None:
             cache.advance(T)
-        return self.embeddings.logits(x), self_maps, cross_maps       # (B, T, D) -> (B, T, V)
+        logits = self.embeddings.logits(x)                             # (B, T, D) -> (B, T, V)
+        if logits.dtype == BF16:                                       # bits are no numbers to the loss or the search
+            logits = logits.astype(np.float32)
+        return logits, self_maps, cross_maps
 
     # --- the public interface -------------------------------------------------------------
     def encode(self, src_ids) -> mt.Tensor:
@@ -143,4 +152,4 @@ class Transformer(nn.Module):
         maps = {f"encoder.layers.{i}.self_attn": w for i, w in enumerate(enc_maps)}
         maps.update({f"decoder.layers.{i}.self_attn": w for i, w in enumerate(self_maps)})
         maps.update({f"decoder.layers.{i}.cross_attn": w for i, w in enumerate(cross_maps)})
-        return {name: w.numpy().astype(np.float32) for name, w in maps.items()}
+        return {name: w.astype(np.float32).numpy() for name, w in maps.items()}

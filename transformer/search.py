@@ -20,6 +20,9 @@ Conventions (chosen and documented):
   live hypothesis can beat its best finished one: extending a hypothesis only lowers
   log P (≤ 0), so a live one with log-prob ℓ at length t can at best score
   ℓ / max(lp(t+1), lp(L)) (for α ≥ 0 that is ℓ / lp(L)).
+- `beam_search_nbest(..., nbest=K)` returns the K best finished hypotheses with their
+  scores (K ≤ k); the early stop then waits for K finished ones and compares the bound
+  with the K-th best score instead of the best. K = 1 is `beam_search`.
 
 The model interface used here is small, so a stub can stand in for tests:
 `model.config` (pad_id, bos_id, eos_id, max_len), `model.encode(src_ids)`,
@@ -108,8 +111,19 @@ def greedy_decode(model, src_ids, max_len_b: int = 50) -> list[list[int]]:
 
 def beam_search(model, src_ids, beam: int = 4, alpha: float = 0.6, max_len_b: int = 50) -> list[list[int]]:
     """§6.1 beam search (k = beam) with lp(|Y|) = ((5+|Y|)/6)^α; returns the best finished hypothesis per sentence."""
+    return [hyps[0][1] if hyps else [] for hyps in beam_search_nbest(model, src_ids, beam, alpha, max_len_b, 1)]
+
+
+def beam_search_nbest(model, src_ids, beam: int = 4, alpha: float = 0.6, max_len_b: int = 50,
+                      nbest: int = 1) -> list[list[tuple[float, list[int]]]]:
+    """§6.1 beam search; per sentence the `nbest` best finished hypotheses as (score, tokens), best first.
+
+    score = log P(Y | X) / lp(|Y|), the quantity the search ranks by (§6.1).
+    """
     if beam < 1:
         raise ValueError(f"beam must be >= 1, got {beam}")
+    if not 1 <= nbest <= beam:
+        raise ValueError(f"nbest must be between 1 and the beam size {beam}, got {nbest}")
     cfg, k = model.config, beam
     src = _to_host(src_ids)
     limits = _max_lengths(model, src, max_len_b)                           # (B,)
@@ -117,8 +131,17 @@ def beam_search(model, src_ids, beam: int = 4, alpha: float = 0.6, max_len_b: in
     scores = np.full((B, k), -np.inf)                                      # (B, k) live log-probs, float64
     scores[:, 0] = 0.0                                                     # k identical starts: keep one
     history = np.zeros((B, k, 0), dtype=np.int64)                          # (B, k, t) tokens so far
-    best = [(-np.inf, None)] * B                                           # (score, tokens) of the best finished
+    finished = [[] for _ in range(B)]                                      # (score, tokens) of finished ones
     n_finished, done = np.zeros(B, dtype=int), np.zeros(B, dtype=bool)
+
+    def finish(b: int, score: float, tokens: list[int]) -> None:
+        finished[b].append((score, tokens))
+        finished[b].sort(key=lambda entry: -entry[0])                       # stable: earlier wins ties
+        del finished[b][nbest:]
+
+    def kth_best(b: int) -> float:                                         # what a live one must beat
+        return finished[b][nbest - 1][0] if len(finished[b]) >= nbest else -np.inf
+
     with _inference(model):
         memory = model.encode(src_ids)
         cache = model.init_cache(src_ids, memory, k)                       # rows b·k + j
@@ -144,24 +167,20 @@ def beam_search(model, src_ids, beam: int = 4, alpha: float = 0.6, max_len_b: in
                     if token == cfg.eos_id:
                         if rank < k:                                       # finished: frozen from now on
                             n_finished[b] += 1
-                            score = value / length_penalty(t, alpha)      # §6.1: log P(Y) / lp(|Y|)
-                            if score > best[b][0]:
-                                best[b] = (score, history[b, parent].tolist())
+                            finish(b, value / length_penalty(t, alpha), history[b, parent].tolist())  # §6.1
                     elif len(live) < k:
                         live.append((value, parent, token))
                 for j, (value, parent, token) in enumerate(live):
                     rows[b, j], new_scores[b, j], new_tokens[b, j] = b * k + parent, value, token
                 if t >= limits[b]:                                         # §6.1 max length: finish live ones as they are
                     for value, parent, token in live:
-                        score = value / length_penalty(t, alpha)
-                        if score > best[b][0]:
-                            best[b] = (score, history[b, parent].tolist() + [token])
+                        finish(b, value / length_penalty(t, alpha), history[b, parent].tolist() + [token])
                     done[b] = True
                 elif n_finished[b] >= k:
                     done[b] = True
                 elif live:                                                 # §6.1 "terminate early when possible"
                     bound = live[0][0] / max(length_penalty(t + 1, alpha), length_penalty(limits[b], alpha))
-                    done[b] = best[b][0] >= bound
+                    done[b] = kth_best(b) >= bound
                 else:
                     done[b] = True
             if done.all():
@@ -172,4 +191,4 @@ def beam_search(model, src_ids, beam: int = 4, alpha: float = 0.6, max_len_b: in
             scores = np.where(done[:, None], -np.inf, new_scores)
             tokens = new_tokens.reshape(-1)                                # (n,)
             cache.reorder(rows.reshape(-1))
-    return [tokens_ if tokens_ is not None else [] for _, tokens_ in best]
+    return [[(float(score), tokens_) for score, tokens_ in hyps] for hyps in finished]

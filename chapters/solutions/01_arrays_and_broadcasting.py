@@ -1,4 +1,4 @@
-"""Solutions to chapter 01's exercises (checked by `check_unbroadcast`, `check_matmul_shape`)."""
+"""Solutions to chapter 01's exercises (checked by `check_unbroadcast`, `check_matmul_shape`) and the answer key PREDICT."""
 import numpy as np
 
 
@@ -16,3 +16,9 @@ def matmul_shape(a_shape: tuple, b_shape: tuple) -> tuple:
         raise ValueError(f"inner sizes differ: {a_shape[-1]} and {b_shape[-2]}")
     batch = np.broadcast_shapes(a_shape[:-2], b_shape[:-2])
     return tuple(batch) + (a_shape[-2], b_shape[-1])
+
+
+PREDICT = """Exercise 1. (3, 1, 4) + (2, 1): align from the right, (3, 1, 4) and (1, 2, 1) -> (3, 2, 4).
+The second operand's gradient has its own shape, (2, 1): the (3, 2, 4) gradient is summed over the
+leading axis broadcasting added (3) and over the last axis, where its size 1 was stretched to 4
+(kept as size 1)."""

@@ -26,3 +26,8 @@ class Sigmoid(Function):
     def backward(ctx, grad_out):
         (y,) = ctx.saved
         return grad_out * y * (1.0 - y)
+
+
+PREDICT = """Exercise 1. d loss/dw = (3, 3). Leaves accumulate: the second backward adds (3, 3) to the
+(3, 3) already there, so w.grad = (6, 6). That is why a training loop calls zero_grad() before
+every backward, and why gradient accumulation over micro-batches (chapter 16) is just "do not clear"."""

@@ -28,3 +28,9 @@ def layernorm_backward(dy: np.ndarray, x: np.ndarray, gamma: np.ndarray, eps: fl
     x_hat = (x - mean) * rstd
     g = dy * gamma
     return rstd * (g - g.mean(axis=-1, keepdims=True) - x_hat * (g * x_hat).mean(axis=-1, keepdims=True))
+
+
+PREDICT = """Exercise 1. With r = 1 the upstream gradient is dy = 1, so the broken backward returns y ⊙ 1 = y,
+the softmax itself: positive numbers whose rows sum to 1. The true gradient of Σ softmax = 1 (a constant)
+is 0, so this time the out.sum() check does catch it (y is far from 0). It is the backwards whose rows sum
+to zero, like the all-zero one, that slip through r = 1; a random r catches both."""

@@ -27,3 +27,9 @@ def attention_backward(q, k, v, dout):
     dq = ds @ k * scale                                               # S = scale · Q Kᵀ
     dk = ds.swapaxes(-1, -2) @ q * scale
     return dq, dk, dv
+
+
+PREDICT = """Exercise 1. Adding the same constant c to every score of a row changes nothing: softmax(s + c) =
+e^c e^s / (e^c Σ e^s) = softmax(s) (that is also why subtracting the row max is safe). If every key is
+identical, every score in the row is the same, so the weights are uniform, 1/Tk each, and the output is the
+plain average of the values."""

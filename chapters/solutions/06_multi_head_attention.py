@@ -23,3 +23,9 @@ def multi_head_self_attention(x, wq, wk, wv, wo, h):
     w = np.exp(s - s.max(-1, keepdims=True))
     w /= w.sum(-1, keepdims=True)
     return merge_heads(w @ v) @ wo                                 # (B, T, D)
+
+
+PREDICT = """Exercise 1. 4 · (512 · 512 + 512) = 1,050,624 parameters for h = 1, 8 and 16 alike: the h
+projections to d_k = 512/h columns each are one 512 × 512 matrix, whatever h is. Table 3 row (A) changes
+how those columns are grouped into heads, not how many weights there are (it keeps the computation
+constant too, as section 5 counted)."""

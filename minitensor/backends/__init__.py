@@ -3,7 +3,8 @@
 The default is "numpy", the readable reference. "cpu" means the fast CPU
 backend (Numba) when it imports, else NumPy; "cuda" means CuPy. Each backend
 is imported only when asked for, and `available(name)` / `why_unavailable(name)`
-say whether one works here.
+say whether one works here. `counting.CountingBackend()` (not registered: made per use)
+runs on NumPy and counts what a step would launch on a GPU.
 """
 from __future__ import annotations
 

@@ -1,10 +1,12 @@
 """The backend seam: where an array lives and which kernels run on it.
 
 A Backend bundles an array module `xp` (numpy or cupy: the primitive ops are
-the array module's own `xp.exp`, `xp.matmul`, ...) with the fused kernels of
-`minitensor/kernels/` (see kernels/README.md for their contract). The NumPy
-backend is the reference; every other backend must pass the same tests.
-Backends are singletons, so `a.backend is b.backend` says two tensors can meet.
+the array module's own `xp.exp`, ...) with the fused kernels of
+`minitensor/kernels/` (see kernels/README.md for their contract), and a few
+dtype-aware helpers (cast, add, matmul, dropout, ones) that also handle bf16, whose
+arrays are uint16 bits (minitensor/dtypes.py). The NumPy backend is the reference;
+every other backend must pass the same tests. Backends are singletons, so
+`a.backend is b.backend` says two tensors can meet.
 """
 from __future__ import annotations
 
@@ -12,15 +14,18 @@ import importlib
 
 import numpy as np
 
+from ..dtypes import BF16, is_half
+
 # The fused kernels every backend provides, one folder each under minitensor/kernels/.
 KERNELS = ("softmax_forward", "softmax_backward", "layernorm_forward", "layernorm_backward",
-           "cross_entropy_forward", "adam_step", "embedding_backward", "dropout_forward")
+           "cross_entropy_forward", "adam_step", "embedding_backward", "dropout_forward", "bf16_cast")
 
 
 class Backend:
     name: str = "abstract"
     device: str = "cpu"
     xp = np
+    supports_bf16 = True   # its kernels read and write bf16 (uint16 bits); Numba's do not
 
     # --- arrays --------------------------------------------------------------
     def asarray(self, data, dtype=None):
@@ -39,6 +44,56 @@ class Backend:
 
     def synchronize(self) -> None:
         """Wait for queued device work (a no-op on the CPU)."""
+
+    # --- dtype-aware helpers (bf16 arrays are uint16 bits: minitensor/dtypes.py) ---------------
+    def cast(self, x, dtype):
+        """x as dtype: to or from bf16 through the bf16_cast kernel, any other pair by astype."""
+        dtype = np.dtype(dtype)
+        if x.dtype == dtype:
+            return x
+        if dtype == BF16 or x.dtype == BF16:
+            return self.bf16_cast(x, dtype)
+        return x.astype(dtype)
+
+    def add(self, a, b):
+        """a + b (b broadcasts to a), summed in float32 at least and rounded once to a's dtype."""
+        if a.dtype != BF16:
+            return a + b
+        return self.cast(self.cast(a, np.float32) + self.cast(b, np.float32), BF16)
+
+    def matmul(self, a, b, out_dtype=None, bias=None):
+        """a @ b (+ bias (N,)), batched over leading axes: (..., M, K) @ (..., K, N) or (K, N).
+
+        Half-precision operands (fp16, bf16) are multiplied and summed in float32, as cuBLAS
+        does with CUBLAS_COMPUTE_32F, and rounded once to out_dtype (default: a's dtype).
+        """
+        out_dtype = np.dtype(out_dtype or a.dtype)
+        xp = self.xp
+        if is_half(a.dtype):                                   # NumPy's own float16 matmul rounds as it sums
+            c = xp.matmul(self.cast(a, np.float32), self.cast(b, np.float32))
+            if bias is not None:
+                c += self.cast(bias, np.float32)
+            return self.cast(c, out_dtype)
+        c = xp.matmul(a, b)
+        if bias is not None:
+            c += bias
+        return c if c.dtype == out_dtype else c.astype(out_dtype)
+
+    def dropout(self, x, p: float, seed: int):
+        """Inverted dropout with the draws of `uniform(seed, x.shape)`: the same seed, the same mask."""
+        return self.dropout_forward(x, self.uniform(seed, x.shape, "float32"), p)
+
+    def ones(self, n: int, dtype):
+        """A read-only length-n vector of ones in dtype (bf16: the bits of 1.0), for db = 1ᵀ dy as a GEMV.
+
+        A view of the longest such vector made so far, kept per dtype on the backend, so a
+        training step makes none (one fill kernel each otherwise, ~100 per base step).
+        """
+        cache = vars(self).setdefault("_ones", {})
+        dtype = np.dtype(dtype)
+        if dtype not in cache or cache[dtype].size < n:
+            cache[dtype] = self.cast(self.xp.ones(max(n, 1024), dtype=np.float32), dtype)
+        return cache[dtype][:n]
 
     # --- fused kernels (KERNELS; contract in kernels/README.md) ---------------
     def softmax_forward(self, x, scale, mask):
@@ -61,8 +116,9 @@ class Backend:
         """(loss, nll, dlogits) per row of label-smoothed cross-entropy; ignore_index int or None."""
         raise NotImplementedError
 
-    def adam_step(self, param, grad, m, v, lr, beta1, beta2, eps, step) -> None:
-        """In place: Adam moments m, v and the bias-corrected update of param."""
+    def adam_step(self, param, grad, m, v, lr, beta1, beta2, eps, step, half=None) -> None:
+        """In place: Adam moments m, v and the bias-corrected update of param; half (fp16 or
+        bf16, param's shape, optional) receives the updated param rounded to its dtype."""
         raise NotImplementedError
 
     def embedding_backward(self, dout, ids, num_embeddings):
@@ -71,6 +127,10 @@ class Backend:
 
     def dropout_forward(self, x, u, p):
         """y = x / (1 - p) where u >= p, else 0 (u: uniform [0, 1) draws of x's shape)."""
+        raise NotImplementedError
+
+    def bf16_cast(self, x, dtype):
+        """x float -> bf16 bits (dtype uint16, nearest even), or bf16 bits -> float dtype (exact)."""
         raise NotImplementedError
 
     def __repr__(self) -> str:

@@ -9,6 +9,10 @@ import numpy as np
 import cupy
 import cupyx
 
+from ..dtypes import BF16, is_half
+from ..kernels.cupy_launcher import COMMON_HEADER, KERNELS_DIR
+from ..kernels.dropout_forward.cupy_launch import dropout_seeded
+from . import cupy_blas
 from .base import Backend, kernels_from
 
 
@@ -24,6 +28,12 @@ _splitmix_uniform = cupy.ElementwiseKernel(
     u = (float)(z >> 40) * (1.0f / 16777216.0f);
     """,
     "splitmix_uniform")
+
+# a + b on bf16 bits: both widened to float32, summed, rounded once (load/store of common.cuh)
+_bf16_add = cupy.ElementwiseKernel(
+    "uint16 a, uint16 b", "uint16 y",
+    "y = bf16_bits(load(bf16{a}) + load(bf16{b}));",
+    "minitensor_bf16_add", preamble=(KERNELS_DIR / COMMON_HEADER).read_text())
 
 
 @kernels_from("cupy_launch")
@@ -46,3 +56,18 @@ class CupyBackend(Backend):
 
     def synchronize(self) -> None:
         cupy.cuda.get_current_stream().synchronize()
+
+    def dropout(self, x, p: float, seed: int):
+        """One kernel that draws uniform(seed)'s numbers inline: no array of draws is made."""
+        return dropout_seeded(x, seed, p)
+
+    def add(self, a, b):
+        """a + b rounded once to a's dtype; bf16 in one kernel (CuPy's own + sums float16 in float32)."""
+        return _bf16_add(a, b) if a.dtype == BF16 else a + b
+
+    def matmul(self, a, b, out_dtype=None, bias=None):
+        """Half precision through cuBLAS directly (cupy_blas: bf16, tensor cores, transposes as flags);
+        float32 and float64 through cupy.matmul."""
+        if is_half(a.dtype):
+            return cupy_blas.matmul(a, b, out_dtype, bias, xp=cupy, gemm=cupy_blas.cublas_gemm)
+        return super().matmul(a, b, out_dtype, bias)

@@ -16,6 +16,7 @@ from .numpy_backend import NumpyBackend
 class NumbaBackend(NumpyBackend):
     name = "numba"
     device = "cpu"
+    supports_bf16 = False   # its kernels compute on float arrays; bf16 (uint16 bits) is a GPU precision
 
     def __init__(self):
         # Numba's threading layer, chosen before any parallel kernel runs: the OpenMP layer's

@@ -5,15 +5,18 @@ Each docstring: the function and its derivative, in one line.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..autograd import Function
+from ..dtypes import is_bf16
 
 
 class Add(Function):
-    """f = a + b;  df/da = 1, df/db = 1"""
+    """f = a + b;  df/da = 1, df/db = 1 (the backend's add: bf16 too, summed in float32)"""
 
     @staticmethod
     def forward(ctx, a, b):
-        return a + b
+        return ctx.backend.add(a, b)
 
     @staticmethod
     def backward(ctx, grad_out):
@@ -138,11 +141,17 @@ class Sqrt(Function):
 
 
 class Relu(Function):
-    """f = max(0, a);  df/da = 1 if a > 0 else 0 (0 at the kink a = 0)"""
+    """f = max(0, a);  df/da = 1 if a > 0 else 0 (0 at the kink a = 0)
+
+    bf16 (uint16 bits) works as it is on the bits: read as int16 the numbers keep their order
+    and every negative one is below 0, so max(0, ·) there is relu; backward, out > 0 holds for
+    the same entries, and multiplying bits by 1 or 0 keeps them or gives +0.
+    """
 
     @staticmethod
     def forward(ctx, a):
-        out = ctx.backend.xp.maximum(a, 0)
+        xp = ctx.backend.xp
+        out = xp.maximum(a.view(np.int16), 0).view(a.dtype) if is_bf16(a.dtype) else xp.maximum(a, 0)
         ctx.save_for_backward(out)
         return out
 
@@ -185,12 +194,13 @@ class Where(Function):
 
 
 class Cast(Function):
-    """f = a as another dtype (mixed precision);  df/da = 1, cast back to a's dtype"""
+    """f = a as another dtype (mixed precision; bf16 through the backend's conversion kernel);
+    df/da = 1, cast back to a's dtype"""
 
     @staticmethod
     def forward(ctx, a, *, dtype):
-        return a.astype(dtype)
+        return ctx.backend.cast(a, dtype)
 
     @staticmethod
     def backward(ctx, grad_out):
-        return grad_out.astype(ctx.input_dtypes[0])
+        return ctx.backend.cast(grad_out, ctx.input_dtypes[0])

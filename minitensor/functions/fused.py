@@ -16,37 +16,40 @@ class Linear(Function):
     One Function instead of cast + matmul + expand + add: a Transformer step has
     ~100 of these, and on a GPU each avoided op is a launch and a Python call
     saved. Rows of x are flattened so each product is a single GEMM.
-    dx = dy Wᵀ, dW = xᵀ dy, db = Σ_rows dy = 1ᵀ dy; dW and db come back in the dtype of
-    the (float32 master) weights. Composed twin: `x @ W + b`.
+    dx = dy Wᵀ, dW = xᵀ dy, db = Σ_rows dy = 1ᵀ dy; dW and db are accumulated in float32 at
+    least and written in the dtype of the (float32 master) weights, with no cast after.
+    `half`: the optimizer's copies of (W, b) in x's dtype (Parameter.half), so mixed precision
+    casts nothing here; None casts W and b (a no-op when they already have x's dtype).
+    Composed twin: `x @ W + b`.
     """
 
     @staticmethod
-    def forward(ctx, x, weight, *bias):
-        xp = ctx.backend.xp
-        w = weight.astype(x.dtype, copy=False)                 # fp16 copy of the master weight in mixed precision
+    def forward(ctx, x, weight, *bias, half=None):
+        backend = ctx.backend
+        if half is None:
+            half = tuple(backend.cast(p, x.dtype) for p in (weight, *bias))
+        w = half[0]
         rows = x.reshape(-1, x.shape[-1])                      # (..., in) -> (R, in)
-        y = xp.matmul(rows, w)                                 # (R, in) @ (in, out) -> (R, out)
-        if bias:
-            y += bias[0].astype(x.dtype, copy=False)
+        y = backend.matmul(rows, w, bias=half[1] if bias else None)   # (R, in) @ (in, out) + (out,)
         ctx.save_for_backward(rows, w)
         return y.reshape(x.shape[:-1] + (w.shape[1],))         # (R, out) -> (..., out)
 
     @staticmethod
     def backward(ctx, grad_out):
         rows, w = ctx.saved
-        xp, w_dtype = ctx.backend.xp, ctx.input_dtypes[1]
+        backend, w_dtype = ctx.backend, ctx.input_dtypes[1]
         g = grad_out.reshape(-1, grad_out.shape[-1])           # (..., out) -> (R, out)
-        dx = xp.matmul(g, w.T).reshape(ctx.input_shapes[0]) if ctx.needs_input_grad[0] else None
-        dw = xp.matmul(rows.T, g).astype(w_dtype, copy=False) if ctx.needs_input_grad[1] else None
+        dx = backend.matmul(g, w.T).reshape(ctx.input_shapes[0]) if ctx.needs_input_grad[0] else None
+        dw = backend.matmul(rows.T, g, out_dtype=w_dtype) if ctx.needs_input_grad[1] else None
         if len(ctx.needs_input_grad) == 2:
             return dx, dw
         db = None
         if ctx.needs_input_grad[2]:
-            # db = 1ᵀ dy as one matrix-vector product (BLAS / cuBLAS), accumulated in float32 at least.
+            # db = 1ᵀ dy as one matrix product (BLAS / cuBLAS) with a cached vector of ones.
             # Not g.sum(axis=0): CuPy reduces the leading axis of a (rows, out) array with a few
             # thousand threads striding down the columns, ~1 ms per call at Transformer-base sizes.
-            acc = xp.promote_types(g.dtype, xp.float32)
-            db = xp.matmul(xp.ones(g.shape[0], dtype=acc), g.astype(acc, copy=False)).astype(w_dtype, copy=False)
+            ones = backend.ones(g.shape[0], g.dtype).reshape(1, -1)           # (1, R)
+            db = backend.matmul(ones, g, out_dtype=w_dtype).reshape(-1)       # (1, R) @ (R, out) -> (out,)
         return dx, dw, db
 
 
@@ -90,8 +93,9 @@ class LogSoftmax(Function):
 class LayerNorm(Function):
     """y = (x − mean)/√(var + eps) · γ + β over the last axis (biased variance).
 
-    γ, β may be float32 masters under float16 activations: they are cast to x's dtype for the
-    kernel and their gradients come back in their own dtype. Backward (term by term in the kernel):
+    γ, β may be float32 masters under half-precision activations: the kernels read them as they
+    are (their statistics are float32 anyway) and return dγ, dβ summed and written in float32,
+    so nothing is cast either way. Backward (term by term in the kernel):
     dx = rstd·(g − mean(g) − x̂·mean(g⊙x̂)) with g = dy⊙γ, dγ = Σ dy⊙x̂, dβ = Σ dy.
     """
 
@@ -101,22 +105,20 @@ class LayerNorm(Function):
 
     @staticmethod
     def backward(ctx, grad_out):
-        return layer_norm_backward(ctx, grad_out, param_dtype=ctx.input_dtypes[1])
+        return layer_norm_backward(ctx, grad_out)
 
 
 def layer_norm_forward(ctx, x, gamma, beta, eps):
-    """LayerNorm's forward inside any Function that normalises (γ, β cast to x's dtype); saves for the backward."""
-    gamma, beta = gamma.astype(x.dtype, copy=False), beta.astype(x.dtype, copy=False)
+    """LayerNorm's forward inside any Function that normalises; saves what the backward needs."""
     y, mean, rstd = ctx.backend.layernorm_forward(x, gamma, beta, eps)
     ctx.save_for_backward(x, gamma, mean, rstd)
     return y
 
 
-def layer_norm_backward(ctx, grad_out, param_dtype):
+def layer_norm_backward(ctx, grad_out):
     """(dx, dγ, dβ) for a forward done by layer_norm_forward; dγ, dβ in the parameters' own dtype."""
     x, gamma, mean, rstd = ctx.saved
-    dx, dgamma, dbeta = ctx.backend.layernorm_backward(grad_out, x, gamma, mean, rstd)
-    return dx, dgamma.astype(param_dtype, copy=False), dbeta.astype(param_dtype, copy=False)
+    return ctx.backend.layernorm_backward(grad_out, x, gamma, mean, rstd)
 
 
 class CrossEntropy(Function):
@@ -168,4 +170,4 @@ def inverted_dropout(backend, x, p, seed):
     """
     if p == 0.0:
         return x
-    return backend.dropout_forward(x, backend.uniform(seed, x.shape, "float32"), p)
+    return backend.dropout(x, p, seed)

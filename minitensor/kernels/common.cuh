@@ -10,8 +10,12 @@
 
 // ---- element types -----------------------------------------------------------
 // float16 travels as its raw 16 bits and is converted with PTX cvt (no cuda_fp16.h).
+// bfloat16 travels as its raw 16 bits too (uint16 arrays on the host, see minitensor/dtypes.py):
+// the top half of a float32, so widening is a shift and narrowing rounds to nearest even in
+// integer arithmetic, bit for bit what kernels/bf16_cast/reference.py does (no cuda_bf16.h).
 // Acc<T> is the type statistics are kept in: float32, or float64 for float64.
 struct __align__(2) f16 { unsigned short bits; };
+struct __align__(2) bf16 { unsigned short bits; };
 template <typename T> struct Acc { typedef float type; };
 template <> struct Acc<double> { typedef double type; };
 
@@ -27,6 +31,15 @@ __device__ __forceinline__ void store(double& dst, double v) { dst = v; }
 __device__ __forceinline__ void store(f16& dst, float v) {
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(dst.bits) : "f"(v));
 }
+__device__ __forceinline__ float load(bf16 v) { return __uint_as_float((unsigned)v.bits << 16); }
+// float32 -> bf16 bits: nearest, ties to even (a carry out of the mantissa bumps the exponent,
+// so the largest floats round to inf); NaN stays a quiet NaN with its sign (no carry into inf).
+__device__ __forceinline__ unsigned short bf16_bits(float v) {
+    const unsigned u = __float_as_uint(v);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+__device__ __forceinline__ void store(bf16& dst, float v) { dst.bits = bf16_bits(v); }
 
 // ---- math in Acc<T>: one name for float and double, so a template picks expf or exp -----
 __device__ __forceinline__ float exp_(float v) { return expf(v); }
@@ -53,10 +66,14 @@ template <typename A> __device__ __forceinline__ A warp_sum(A v) {
 }
 
 // Merge two online-softmax partials (max m, sum s of exp(v - m)). An empty partial has
-// m = -inf; when both are empty, return early: -inf - -inf would be NaN.
+// m = -inf; when both maxima are -inf, add the sums (0, or NaN from a NaN entry) without
+// rescaling: -inf - -inf would be NaN.
 template <typename A> __device__ __forceinline__ void online_merge(A& m, A& s, A m2, A s2) {
     const A mn = m > m2 ? m : m2;
-    if (mn == neg_inf<A>()) return;
+    if (mn == neg_inf<A>()) {
+        s += s2;
+        return;
+    }
     s = s * exp_(m - mn) + s2 * exp_(m2 - mn);
     m = mn;
 }

@@ -16,8 +16,10 @@ import numpy as np
 
 KERNELS_DIR = Path(__file__).parent
 COMMON_HEADER = "common.cuh"
-# NumPy dtype -> the C type a kernel template is instantiated with (f16: raw bits, see common.cuh)
-CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float16): "f16", np.dtype(np.float64): "double"}
+# NumPy dtype -> the C type a kernel template is instantiated with (f16, bf16: raw bits, see
+# common.cuh; bf16 arrays are uint16, see minitensor/dtypes.py)
+CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float16): "f16", np.dtype(np.float64): "double",
+          np.dtype(np.uint16): "bf16"}
 VPTS = (1, 2, 4, 8, 16, 32)  # values per lane of the one-warp-per-row register kernels: rows <= 1024
 
 

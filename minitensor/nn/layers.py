@@ -31,7 +31,9 @@ class Linear(Module):
         if x.shape[-1] != self.in_features:
             raise ValueError(f"Linear({self.in_features}, {self.out_features}) got input of shape {x.shape}")
         params = (self.weight,) if self.bias is None else (self.weight, self.bias)
-        return F.Linear.apply(x, *params)                # (..., in) @ (in, out) + (out,) -> (..., out)
+        half = tuple(p.half(x.dtype) for p in params)    # the optimizer's copies in x's dtype, if any
+        half = half if all(h is not None for h in half) else None
+        return F.Linear.apply(x, *params, half=half)     # (..., in) @ (in, out) + (out,) -> (..., out)
 
 
 class Embedding(Module):
@@ -47,8 +49,9 @@ class Embedding(Module):
 
     def forward(self, ids) -> Tensor:
         ids = ids.data if isinstance(ids, Tensor) else ids
-        if isinstance(ids, np.ndarray) and ids.size and (ids.min() < 0 or ids.max() >= self.num_embeddings):
-            # checked on the host only: on a GPU the check would cost a device->host sync every step
+        if type(ids) is np.ndarray and ids.size and (ids.min() < 0 or ids.max() >= self.num_embeddings):
+            # checked for host arrays only: on a GPU the check would cost a device->host sync every
+            # step; there the embedding kernels keep out-of-range ids from writing outside the table
             raise IndexError(f"Embedding: ids must lie in [0, {self.num_embeddings}), "
                              f"got min {int(ids.min())}, max {int(ids.max())}")
         return F.Embedding.apply(self.weight, ids=self.weight.backend.asarray(ids))  # ids.shape + (dim,)

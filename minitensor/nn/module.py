@@ -12,13 +12,43 @@ from ..backends import get_backend
 from ..tensor import Tensor
 
 
-class Parameter(Tensor):
-    """A leaf Tensor that a Module owns and an optimizer updates."""
+_DATA = Tensor.data   # the slot that holds a Tensor's array
 
-    __slots__ = ()
+
+class Parameter(Tensor):
+    """A leaf Tensor that a Module owns and an optimizer updates.
+
+    In mixed precision the optimizer also keeps a copy of the data in the activations' half
+    precision (float16 or bf16), written in the same pass as the update (Adam(half_dtype=...)),
+    so the forward pass multiplies with it and casts nothing. Assigning `data` drops that copy:
+    a stale one is never read. (Writing into `data` in place, `p.data[...] = x`, does not: only
+    the optimizer that owns the copy updates the array in place.)
+    """
+
+    __slots__ = ("_half",)
 
     def __init__(self, data, backend=None, dtype=None):
         super().__init__(data, requires_grad=True, backend=backend, dtype=dtype)
+
+    @property
+    def data(self):
+        return _DATA.__get__(self)
+
+    @data.setter
+    def data(self, array):
+        _DATA.__set__(self, array)
+        self._half = None
+
+    def half(self, dtype):
+        """The optimizer's copy of the data in `dtype` (float16 or bf16), or None if there is none."""
+        half = self._half
+        return half if half is not None and half.dtype == np.dtype(dtype) else None
+
+    def set_half(self, array) -> None:
+        """Keep `array` (the data rounded to a half dtype, same shape) as the copy the forward pass uses."""
+        if array.shape != self.shape:
+            raise ValueError(f"half copy of shape {array.shape} for a parameter of shape {self.shape}")
+        self._half = array
 
 
 class Module:

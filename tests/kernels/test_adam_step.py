@@ -9,7 +9,9 @@ import pytest
 
 import minitensor as mt
 from minitensor.kernels.adam_step import numba_cpu
+from minitensor.dtypes import BF16
 from minitensor.kernels.adam_step.reference import adam_step_ref
+from minitensor.kernels.bf16_cast.reference import bf16_cast_ref
 from tests.kernels._close import assert_close
 
 HYPER = dict(lr=1e-3, beta1=0.9, beta2=0.98, eps=1e-9)  # §5.3
@@ -67,3 +69,38 @@ def test_adam_step_reference_first_step_closed_form():
     assert_close(param, -HYPER["lr"] * g / (np.abs(g) + HYPER["eps"]), "param")
     assert_close(m, 0.1 * g, "m")
     assert_close(v, 0.02 * g * g, "v")
+
+
+@pytest.mark.parametrize("version", sorted(numba_cpu.VERSIONS))
+@pytest.mark.parametrize("half_dtype", [np.float16, BF16], ids=["fp16", "bf16"])
+def test_adam_step_writes_the_half_copy_of_the_updated_param(monkeypatch, version, half_dtype):
+    """half = the updated float32 param rounded once to float16 / bf16, in the same call."""
+    monkeypatch.setattr(numba_cpu, "DEFAULT", version)
+    rng = np.random.default_rng(3)
+    param = rng.standard_normal(257).astype(np.float32)
+    m, v = np.zeros_like(param), np.zeros_like(param)
+    half = np.zeros(param.shape, half_dtype)
+    mine, theirs = [param.copy(), m.copy(), v.copy(), half.copy()], [param.copy(), m.copy(), v.copy(), half.copy()]
+    for step in (1, 2):
+        grad = rng.standard_normal(param.shape).astype(np.float32)
+        numba_cpu.adam_step(mine[0], grad, mine[1], mine[2], step=step, half=mine[3], **HYPER)
+        adam_step_ref(theirs[0], grad, theirs[1], theirs[2], step=step, half=theirs[3], **HYPER)
+    np.testing.assert_array_equal(theirs[3], bf16_cast_ref(theirs[0], BF16) if half_dtype == BF16
+                                  else theirs[0].astype(np.float16))     # the reference's own definition
+    np.testing.assert_array_equal(mine[3], theirs[3])
+
+
+def test_adam_optimizer_hands_the_half_copy_to_the_forward_pass(backend):
+    """Adam(half_dtype=...) keeps Parameter.half equal to the rounded masters after every step,
+    and a parameter whose data is replaced has no half copy until the next step."""
+    b = mt.get_backend(backend)
+    p = mt.nn.Parameter(b.asarray(np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)), backend=b)
+    opt = mt.optim.Adam([p], lr=0.1, half_dtype=BF16)
+    assert (b.to_numpy(p.half(BF16)) == bf16_cast_ref(p.numpy(), BF16)).all() and p.half(np.float16) is None
+    p.grad = b.asarray(np.ones((3, 4), np.float32))
+    opt.step()
+    assert (b.to_numpy(p.half(BF16)) == bf16_cast_ref(p.numpy(), BF16)).all()
+    p.data = b.asarray(np.zeros((3, 4), np.float32))                 # e.g. load_state_dict
+    assert p.half(BF16) is None
+    opt.step()
+    assert (b.to_numpy(p.half(BF16)) == bf16_cast_ref(p.numpy(), BF16)).all()

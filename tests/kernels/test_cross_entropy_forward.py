@@ -78,3 +78,16 @@ def test_cross_entropy_reference_dlogits_match_finite_differences(ignore_index):
         minus = cross_entropy_forward_ref(logits - step, targets, 0.1, ignore_index)[0].sum()
         numeric[idx] = (plus - minus) / (2 * h)
     assert_close(dlogits, numeric, "dlogits vs fd", atol=1e-8, rtol=1e-6)
+
+
+@pytest.mark.parametrize("kernel", [cross_entropy_forward_ref, numba_cpu.cross_entropy_forward], ids=["ref", "numba"])
+@pytest.mark.parametrize("bad", [-1, 7])
+def test_cross_entropy_forward_refuses_targets_outside_the_classes(kernel, bad):
+    """A target outside [0, V) is an IndexError on the CPU (the GPU kernels make its row NaN)."""
+    logits = np.zeros((3, 7), np.float32)
+    with pytest.raises(IndexError, match="outside the 7 classes"):
+        kernel(logits, np.array([1, bad, 2]), 0.1, 0)
+    with pytest.raises(IndexError):
+        kernel(logits, np.array([1, bad, 2]), 0.1, None)
+    loss, _, _ = kernel(logits, np.array([1, 0, 2]), 0.1, 0)          # the ignored class itself is fine
+    assert loss[1] == 0

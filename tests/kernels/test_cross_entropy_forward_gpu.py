@@ -51,3 +51,18 @@ def test_cross_entropy_forward_gpu_default_wrapper_int32_targets():
     targets = rng.integers(0, 50, size=9).astype(np.int32)
     got = cupy_launch.cross_entropy_forward(cp.asarray(logits), cp.asarray(targets), 0.1, 3)
     _check(got, cross_entropy_forward_ref(logits, targets, 0.1, 3), "cross_entropy_forward DEFAULT")
+
+
+@pytest.mark.parametrize("version,block", CASES)
+def test_cross_entropy_forward_gpu_bad_target_gives_a_nan_row_and_reads_nothing_else(version, block):
+    """A target outside [0, V) (not ignore_index): NaN loss, nll and dlogits in its row only."""
+    rng = np.random.default_rng(5)
+    logits = rng.standard_normal((4, 37)).astype(np.float32)
+    targets = np.array([3, 37, 0, -5])                     # row 1 and row 3 are out of range; row 2 ignored
+    loss, nll, dlogits = (a.get() for a in cupy_launch.VERSIONS[version](*to_gpu(logits, targets), 0.1, 0,
+                                                                         block=block))
+    assert np.isnan(loss[[1, 3]]).all() and np.isnan(nll[[1, 3]]).all() and np.isnan(dlogits[[1, 3]]).all()
+    ok = np.array([3, 1, 0, 1])
+    ref = cross_entropy_forward_ref(logits, ok, 0.1, 0)
+    for got, want in zip((loss, nll, dlogits), ref):
+        assert_close(got[[0, 2]], want[[0, 2]], f"cross_entropy v{version} rows beside the bad ones")

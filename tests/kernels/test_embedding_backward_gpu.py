@@ -39,3 +39,14 @@ def test_embedding_backward_gpu_v2_is_deterministic():
     first, second = cupy_launch.launch_v2(dout, ids, 10), cupy_launch.launch_v2(dout, ids, 10)
     assert bool((first == second).all())
     assert cupy_launch.embedding_backward(dout[:0], ids[:0], 3).shape == (3, 64)
+
+
+@pytest.mark.parametrize("version", sorted(cupy_launch.VERSIONS))
+def test_embedding_backward_gpu_bad_id_makes_row_0_nan_and_writes_nowhere_else(version):
+    rng = np.random.default_rng(6)
+    dout = rng.standard_normal((5, 8)).astype(np.float32)
+    ids = np.array([2, 9, 3, 2, -1])                        # 9 and -1 lie outside the 6 rows
+    got = cupy_launch.VERSIONS[version](*to_gpu(dout, ids), 6).get()
+    assert np.isnan(got[0]).all()
+    want = embedding_backward_ref(dout[[0, 2, 3]], ids[[0, 2, 3]], 6)
+    assert_close(got[1:], want[1:], f"embedding_backward v{version} rows 1..5")

@@ -11,8 +11,9 @@ import pytest
 
 KERNELS = Path(__file__).resolve().parents[2] / "minitensor" / "kernels"
 CUDA_OPS = ["softmax_forward", "softmax_backward", "layernorm_forward", "layernorm_backward",
-            "cross_entropy_forward", "adam_step", "dropout_forward", "embedding_backward", "matmul_forward"]
-NUMBA_CUDA_OPS = ["softmax_forward", "layernorm_forward"]
+            "cross_entropy_forward", "adam_step", "dropout_forward", "embedding_backward", "matmul_forward",
+            "bf16_cast"]
+NUMBA_CUDA_OPS = ["softmax_forward", "layernorm_forward", "bf16_cast"]
 
 
 def _header_versions(text, comment):

@@ -9,17 +9,19 @@ import pytest
 from minitensor.kernels.layernorm_forward import cupy_launch
 from minitensor.kernels.layernorm_forward.reference import layernorm_forward_ref
 from minitensor.testing import assert_close
+from minitensor.dtypes import BF16
+from tests.kernels._close import as_dtype
 from tests.kernels._gpu import GPU_MARKS, cp, poison_pool, to_gpu
 
 pytestmark = GPU_MARKS
 
-DTYPES = [np.float32, np.float16, np.float64]
+DTYPES = [np.float32, np.float16, np.float64, BF16]
 CASES = [(v, block) for v, blocks in cupy_launch.BLOCKS.items() for block in blocks]
 SHAPES = [(1, 1), (7, 33), (2, 3, 100), (5, 512), (3, 1025), (2, 2000)]
 
 
 def _inputs(rng, shape, dtype):
-    x = (rng.standard_normal(shape) * 2 + 1).astype(dtype)  # nonzero mean: tests the centring
+    x = as_dtype(rng.standard_normal(shape) * 2 + 1, dtype)  # nonzero mean: tests the centring
     gamma = rng.standard_normal(shape[-1]).astype(np.float32)
     beta = rng.standard_normal(shape[-1]).astype(np.float32)
     return x, gamma, beta

@@ -1,4 +1,5 @@
-"""numba.cuda kernels under the CUDA simulator (runs in CI without a GPU), plus the compat shim.
+"""numba.cuda kernels (softmax, layernorm, bf16 conversion) under the CUDA simulator (runs in CI
+without a GPU), plus the compat shim.
 
 NUMBA_ENABLE_CUDASIM must be set before numba.cuda is first imported, so the kernels run in a
 fresh Python subprocess that compares them with the NumPy references on small shapes.
@@ -29,11 +30,22 @@ for dtype in (np.float32, np.float64):
     mask[0] = True  # fully blocked rows -> zeros
     assert_close(sm.softmax_forward(x, 0.7, mask), softmax_forward_ref(x, 0.7, mask), "softmax sim")
     assert_close(sm.softmax_forward(x, 0.7, None), softmax_forward_ref(x, 0.7, None), "softmax sim nomask")
+    special = np.array([[np.inf, 1, np.inf, -np.inf], [-np.inf] * 4, [np.nan, 1, 2, 3], [-np.inf, 0, 1, 2]], dtype)
+    assert_close(sm.softmax_forward(special, 1.0, None), softmax_forward_ref(special, 1.0, None), "softmax sim inf/nan")
     x = (rng.standard_normal((3, 70)) * 2 + 1).astype(dtype)
     gamma, beta = rng.standard_normal(70), rng.standard_normal(70)
     got, ref = ln.layernorm_forward(x, gamma, beta, 1e-5), layernorm_forward_ref(x, gamma, beta, 1e-5)
     for name, g, r in zip(("y", "mean", "rstd"), got, ref):
         assert_close(g, r, f"layernorm sim {name}", atol=1e-5 if dtype == np.float32 else None)
+from minitensor.dtypes import BF16
+from minitensor.kernels.bf16_cast import numba_cuda as bc
+from minitensor.kernels.bf16_cast.reference import bf16_cast_ref
+x = (rng.standard_normal((3, 50)) * 100).astype(np.float32)
+x[0, :6] = [np.inf, -np.inf, np.nan, -0.0, 3.4e38, 1.00390625]  # specials, a tie, the carry into inf
+bits = bc.bf16_cast(x, BF16)
+assert bits.dtype == BF16 and (bits == bf16_cast_ref(x, BF16)).all(), "bf16 narrow sim"
+back = bc.bf16_cast(bits, np.float32)
+assert np.array_equal(back, bf16_cast_ref(bits, np.float32), equal_nan=True), "bf16 widen sim"
 print("SIMULATOR OK")
 """
 

@@ -10,11 +10,13 @@ from minitensor.kernels.softmax_backward import cupy_launch
 from minitensor.kernels.softmax_backward.reference import softmax_backward_ref
 from minitensor.kernels.softmax_forward.reference import softmax_forward_ref
 from minitensor.testing import assert_close
+from minitensor.dtypes import BF16
+from tests.kernels._close import as_dtype
 from tests.kernels._gpu import GPU_MARKS, cp, poison_pool, to_gpu
 
 pytestmark = GPU_MARKS
 
-DTYPES = [np.float32, np.float16, np.float64]
+DTYPES = [np.float32, np.float16, np.float64, BF16]
 CASES = [(v, block) for v, blocks in cupy_launch.BLOCKS.items() for block in blocks]
 SHAPES = [(1, 1), (7, 33), (2, 3, 5, 17), (2, 3, 9, 100), (3, 1025), (2, 2000)]
 
@@ -25,8 +27,8 @@ SHAPES = [(1, 1), (7, 33), (2, 3, 5, 17), (2, 3, 9, 100), (3, 1025), (2, 2000)]
 def test_softmax_backward_gpu_matches_reference(version, block, dtype, shape):
     rng = np.random.default_rng(0)
     mask = rng.random(shape) < 0.2  # blocked entries: y = 0, so dx must be 0 there
-    y = softmax_forward_ref(rng.standard_normal(shape) * 3, 1.0, mask).astype(dtype)
-    dy = rng.standard_normal(shape).astype(dtype)
+    y = as_dtype(softmax_forward_ref(rng.standard_normal(shape) * 3, 1.0, mask), dtype)
+    dy = as_dtype(rng.standard_normal(shape), dtype)
     poison_pool((shape, dtype))
     dx = cupy_launch.VERSIONS[version](*to_gpu(y, dy), 0.7, block=block)
     assert dx.dtype == y.dtype and dx.shape == y.shape

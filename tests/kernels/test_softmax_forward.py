@@ -70,3 +70,36 @@ def test_softmax_forward_reference_matches_definition():
     row1 = np.exp(z[1]) / np.exp(z[1]).sum()
     assert_close(softmax_forward_ref(x, 0.5, mask), np.stack([row0, row1]), "reference")
     assert (softmax_forward_ref(x, 0.5, np.ones_like(mask)) == 0).all()
+
+
+# rows of non-finite x and what the reference's rule makes of them (scale 1, nothing blocked)
+SPECIAL_ROWS = [
+    ([np.inf, 1.0, np.inf, -np.inf], [0.5, 0.0, 0.5, 0.0]),  # +inf max: the +inf entries share
+    ([np.inf, 2.0, 3.0, 4.0], [1.0, 0.0, 0.0, 0.0]),
+    ([-np.inf, 0.0, -np.inf, 0.0], [0.0, 0.5, 0.0, 0.5]),   # -inf entries get 0
+    ([-np.inf] * 4, [0.0] * 4),                              # nothing above -inf: zeros
+    ([np.nan, 1.0, 2.0, 3.0], [np.nan] * 4),                 # a NaN makes the row NaN
+    ([np.nan, np.inf, 2.0, 3.0], [np.nan] * 4),
+]
+
+
+def test_softmax_forward_reference_non_finite_rule():
+    x = np.array([r for r, _ in SPECIAL_ROWS])
+    want = np.array([w for _, w in SPECIAL_ROWS])
+    assert_close(softmax_forward_ref(x, 1.0, None), want, "non-finite rows")
+    blocked_nan = np.array([[np.nan, 1.0, 1.0]])                 # a blocked NaN is never read
+    assert_close(softmax_forward_ref(blocked_nan, 1.0, np.array([[True, False, False]])),
+                 np.array([[0.0, 0.5, 0.5]]), "blocked NaN")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_softmax_forward_non_finite_rows_follow_the_reference(monkeypatch, version, dtype):
+    monkeypatch.setattr(numba_cpu, "DEFAULT", version)
+    rows = [r for r, _ in SPECIAL_ROWS] + [[1.0, 2.0, 3.0, 4.0]]
+    x = np.array(rows * 3, dtype=dtype).reshape(3, len(rows), 4)
+    mask = np.zeros((3, 1, 4), dtype=bool)
+    mask[1, 0, 1] = True                                         # blocks a finite entry in one copy
+    mask[2, 0, 0] = True                                         # blocks the first (+inf / NaN) entries
+    y = numba_cpu.softmax_forward(x, 0.5, mask)
+    assert_close(y, softmax_forward_ref(x, 0.5, mask), f"softmax_forward v{version} non-finite", atol=1e-6)

@@ -6,6 +6,8 @@ Shapes: B batch, H heads, T queries, L keys; x is (B, H, T, L) attention scores.
 import numpy as np
 import pytest
 
+from minitensor.dtypes import BF16
+from minitensor.kernels.bf16_cast.reference import float_to_bf16
 from minitensor.kernels.softmax_forward import cupy_launch
 from minitensor.kernels.softmax_forward.reference import softmax_forward_ref
 from minitensor.testing import assert_close
@@ -76,3 +78,28 @@ def test_softmax_forward_numba_cuda_on_device(dtype):
     x_gpu, mask_gpu = to_gpu(x, mask)
     y = numba_cuda.softmax_forward(x_gpu, 0.7, mask_gpu)
     assert_close(cp.asarray(y), softmax_forward_ref(x, 0.7, mask), "numba_cuda softmax_forward v1")
+
+
+@pytest.mark.parametrize("version,block", CASES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("L", [4, 40, 1100])  # one lane's worth, a warp's registers, v2's fallback
+def test_softmax_forward_gpu_non_finite_rows_follow_the_reference(version, block, dtype, L):
+    from tests.kernels.test_softmax_forward import SPECIAL_ROWS
+
+    x = np.array([np.resize(np.array(r), L) for r, _ in SPECIAL_ROWS] + [np.linspace(-2, 2, L)], dtype=dtype)
+    mask = np.zeros((1, L), dtype=bool)
+    mask[0, 1] = True
+    for m in (None, mask):
+        y = cupy_launch.VERSIONS[version](*to_gpu(x, m), 0.5, block=block)
+        assert_close(y, softmax_forward_ref(x, 0.5, m), f"softmax_forward v{version} non-finite L={L}")
+
+
+@pytest.mark.parametrize("version,block", CASES)
+@pytest.mark.parametrize("shape,mask_shape", SHAPES_AND_MASKS[:6])
+def test_softmax_forward_gpu_bf16(version, block, shape, mask_shape):
+    rng = np.random.default_rng(3)
+    x = float_to_bf16(rng.standard_normal(shape) * 4)
+    mask = _mask(rng, shape, mask_shape)
+    y = cupy_launch.VERSIONS[version](*to_gpu(x, mask), 0.7, block=block)
+    assert y.dtype == BF16
+    assert_close(y, softmax_forward_ref(x, 0.7, mask), f"softmax_forward v{version} bf16")

@@ -13,9 +13,11 @@ def test_bench_cli_json_has_tracked_fields():
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    for key in ("step_ms", "tgt_tok_s", "peak_mem_bytes", "first_step_s", "op_ms"):
+    for key in ("step_ms", "tgt_tok_s", "peak_mem_bytes", "first_step_s", "op_ms", "launches_per_step",
+                "syncs_per_step", "warmup_steps", "mfu"):
         assert key in result, key
     assert result["step_ms"] > 0 and result["tgt_tok_s"] > 0
+    assert 0 < result["launches_per_step"] < 1000 and result["syncs_per_step"] == 1   # the cpu preset: 3+3 layers
     assert result["op_ms"]["Linear.forward"] > 0          # the per-op breakdown saw the model's layers
 
 

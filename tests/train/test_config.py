@@ -66,7 +66,7 @@ def test_unknown_section_and_override_keys():
     ("model.norm=sideways", "model.norm must be one of"),
     ("train.max_tokens=0", "must be positive"),
     ("model.p_drop=1.5", r"model.p_drop must be in \[0, 1\)"),
-    ("train.precision=bf16", "train.precision must be one of"),
+    ("train.precision=fp8", "train.precision must be one of"),
 ])
 def test_values_are_type_checked(item, expected):
     with pytest.raises(InputError, match=expected):
@@ -118,3 +118,13 @@ def test_shipped_configs_load(name):
         assert c.train.average_last == (20 if big else 5)  # §6.1
         assert c.model.d_model == (1024 if big else 512)
         assert c.model.p_drop == (0.1 if name == "wmt14_en_fr_big" else 0.3 if big else 0.1)  # §6.1
+
+
+def test_keep_last_full_and_patience_are_checked_and_resumable():
+    from train.config import RESUMABLE_KEYS
+
+    with pytest.raises(InputError, match=r"train.keep_last_full \(6\) cannot exceed train.keep_last \(5\)"):
+        config_lib.apply_overrides(RunConfig(), ["train.keep_last_full=6"])
+    with pytest.raises(InputError, match="train.patience must be 0"):
+        config_lib.apply_overrides(RunConfig(), ["train.patience=-1"])
+    assert {"train.keep_last_full", "train.patience"} <= RESUMABLE_KEYS  # changing them does not change the math

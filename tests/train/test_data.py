@@ -1,15 +1,11 @@
-"""Reading parallel text: round trip, every error names file and line, gzip, the memmap cache."""
+"""Reading parallel text: round trip, every error names file and line, gzip, line counts."""
 
 import gzip
-import hashlib
-import json
-import os
 
-import numpy as np
 import pytest
 
-from train.data import (TokenizedCorpus, iter_lines, multi30k_paths, newstest_paths,
-                        peak_rss_bytes, read_parallel, shared_data_dir)
+from train.data import (count_lines, iter_lines, multi30k_paths, newstest_paths, peak_rss_bytes, read_parallel,
+                        shared_data_dir)
 from train.errors import InputError
 
 SRC = ["one red apple is on the table", "two books are in the box", "", "Grüße aus Köln",
@@ -96,67 +92,12 @@ def test_not_gzip_named_gz(tmp_path):
         list(iter_lines(fake))
 
 
-class CharTokenizer:
-    """Stand-in tokenizer: one id per character (ord), so expected ids are obvious."""
-
-    def __init__(self, salt=""):
-        self.model_hash = hashlib.sha256(f"chars{salt}".encode()).hexdigest()
-        self.calls = 0
-
-    def encode_batch(self, texts):
-        self.calls += 1
-        return [[ord(c) for c in text] for text in texts]
-
-
-def test_tokenized_corpus_matches_tokenizer_and_streams_in_chunks(tmp_path, pair_files):
-    tok = CharTokenizer()
-    corpus = TokenizedCorpus.build(*pair_files, tok, tmp_path / "cache", chunk_lines=3)
-    pairs, stats = read_parallel(*pair_files)
-    assert corpus.stats == stats and len(corpus) == 4 and not corpus.reused
-    assert tok.calls == 2 * 2  # 4 kept pairs in chunks of 3 -> 2 chunks, two sides each
-    for i, (src, tgt) in enumerate(pairs):
-        src_ids, tgt_ids = corpus.pair(i)
-        assert src_ids.dtype == np.int32 and isinstance(src_ids, np.memmap)
-        assert src_ids.tolist() == [ord(c) for c in src]
-        assert tgt_ids.tolist() == [ord(c) for c in tgt]
-    np.testing.assert_array_equal(corpus.src_lengths, [len(s) for s, _ in pairs])
-    np.testing.assert_array_equal(corpus.tgt_lengths, [len(t) for _, t in pairs])
-    assert corpus.src_offsets.dtype == np.int64 and len(corpus.src_offsets) == 5
-    for max_len in (20, 25, 31, 40):
-        expected = [i for i, (s, t) in enumerate(pairs) if max(len(s), len(t)) <= max_len]
-        np.testing.assert_array_equal(corpus.indices_within(max_len), expected)
-    files = sorted(p.name for p in (tmp_path / "cache").iterdir())
-    assert files == ["meta.json", "src_ids.npy", "src_offsets.npy",
-                     "tgt_ids.npy", "tgt_offsets.npy"]
-    meta = json.loads((tmp_path / "cache" / "meta.json").read_text())
-    assert meta["tokenizer_hash"] == tok.model_hash and meta["src"]["size"] > 0
-
-
-def test_tokenized_corpus_cache_reuse_and_invalidation(tmp_path, pair_files):
-    cache = tmp_path / "cache"
-    first = TokenizedCorpus.build(*pair_files, CharTokenizer(), cache)
-    tok = CharTokenizer()
-    again = TokenizedCorpus.build(*pair_files, tok, cache)
-    assert again.reused and tok.calls == 0
-    np.testing.assert_array_equal(again.src_ids, first.src_ids)
-
-    rehashed = TokenizedCorpus.build(*pair_files, CharTokenizer(salt="v2"), cache)
-    assert not rehashed.reused  # a different tokenizer model invalidates the cache
-
-    src, tgt = pair_files
-    write(src, ["changed", "b", "c", "d", "e", "f"])
-    os.utime(src, ns=(1, 1))  # a different mtime as well as size
-    changed = TokenizedCorpus.build(src, tgt, CharTokenizer(salt="v2"), cache)
-    assert not changed.reused
-    assert changed.pair(0)[0].tolist() == [ord(c) for c in "changed"]
-
-
-def test_tokenized_corpus_error_leaves_no_valid_cache(tmp_path):
-    src = write(tmp_path / "a.en", ["x", "y", "z"])
-    tgt = write(tmp_path / "a.de", ["x", "y"])
-    with pytest.raises(InputError, match="a.en has 3 lines"):
-        TokenizedCorpus.build(src, tgt, CharTokenizer(), tmp_path / "cache")
-    assert list((tmp_path / "cache").iterdir()) == []  # no meta.json, no temporary files
+@pytest.mark.parametrize("content", [b"", b"a\n", b"a\nb", b"a\n\nb\n", b"\n\n"])
+@pytest.mark.parametrize("gz", [False, True])
+def test_count_lines_agrees_with_iter_lines(tmp_path, content, gz):
+    path = tmp_path / ("f.txt.gz" if gz else "f.txt")
+    path.write_bytes(gzip.compress(content) if gz else content)
+    assert count_lines(path, block=1) == count_lines(path) == len(list(iter_lines(path)))
 
 
 def test_peak_rss_is_plausible():

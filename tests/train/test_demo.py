@@ -1,5 +1,6 @@
 """The demo (`python -m train`) end to end, shrunk to seconds: data, tokenizer, training, decoding, plots."""
 
+import json
 import os
 import re
 import subprocess
@@ -31,11 +32,13 @@ def test_shrunken_demo_end_to_end(tmp_path):
     assert "nrefs:1|case:mixed" in out  # the sacreBLEU signature is printed
     assert "=>" in out  # example translations
     train = read_metrics(run_dir / "metrics.jsonl", "train")
-    assert [r["step"] for r in train] == [10, 20, 30, 40]
+    assert [r["step"] for r in train] == [1, 2, 4, 8, 10, 20, 30, 40]  # the first steps speak at once
     assert train[-1]["loss"] < train[0]["loss"]  # it learns something even in 40 steps
     assert len(read_metrics(run_dir / "metrics.jsonl", "valid")) == 2  # step 20 and the end
     assert [p.name for p in list_checkpoints(run_dir)] == [
         "ckpt_00000020.safetensors", "ckpt_00000030.safetensors", "ckpt_00000040.safetensors"]
+    assert [p.name for p in run_dir.glob("*.optimizer.safetensors")] == ["ckpt_00000040.optimizer.safetensors"]
+    assert (run_dir / "best.safetensors").is_file()
     plots = {p.name for p in (run_dir / "plots").iterdir()}
     assert {"loss.png", "perplexity.png", "lr.png", "bleu.png", "tokens_per_s.png", "attention.png"} <= plots
     assert all((run_dir / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for name in plots)
@@ -56,8 +59,9 @@ def test_shrunken_demo_end_to_end(tmp_path):
     assert len(outputs) == 3 and outputs[1] == ""  # one line out per line in, empty stays empty
     averaged = tmp_path / "avg.safetensors"
     cli("average", "--last", "2", str(run_dir), "--out", str(averaged))
+    files = json.loads((run_dir / "prepared.json").read_text())["files"]
     scored = cli("evaluate", "--ckpt", str(averaged), "--tokenizer", str(run_dir / "tokenizer.model"),
-                 "--src", str(run_dir / "data" / "test.en"), "--ref", str(run_dir / "data" / "test.de"))
+                 "--src", files["test_src"]["path"], "--ref", files["test_tgt"]["path"])
     report = scored.stdout.decode()
     assert "sentences   40" in report and "nrefs:1|case:mixed|eff:no|tok:13a" in report
     assert "chrF" in report and "paper BLEU" in report

@@ -1,13 +1,13 @@
-"""train/evaluate.py: sacreBLEU main score, paper-comparable BLEU (§6.1), exact match."""
+"""train/evaluate.py: sacreBLEU main score, paper-comparable BLEU by the Moses recipe (§6.1), exact match."""
 
 import math
 from collections import Counter
 
 import pytest
 import sacrebleu
-from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
-from train.evaluate import Scores, corpus_scores, exact_match, paper_bleu, paper_tokenize, split_compounds
+from train.evaluate import (Scores, corpus_scores, exact_match, moses_tokenizer, paper_bleu, paper_tokenize,
+                            split_compounds)
 
 # Hyphenated German, the case where compound splitting matters.
 HYPS_DE = [
@@ -72,8 +72,7 @@ def test_compound_splitting_baden_wuerttemberg():
 
 
 def test_paper_bleu_equals_written_out_multi_bleu():
-    tokenizer = Tokenizer13a()
-    tok = lambda lines: [split_compounds(tokenizer(line)).split() for line in lines]  # noqa: E731
+    tok = lambda lines: [paper_tokenize(line).split() for line in lines]  # noqa: E731
     expected = multi_bleu(tok(HYPS_DE), tok(REFS_DE))
     assert 0 < expected < 100
     assert paper_bleu(HYPS_DE, REFS_DE) == pytest.approx(expected, abs=1e-9)
@@ -126,3 +125,78 @@ def test_format_reports_all_scores_and_the_gap_note():
     assert f"{scores.paper_bleu:6.2f}" in text and scores.chrf_signature in text
     assert "issue 317" in text and "1.5 BLEU" in text
     assert scores.to_dict()["n"] == len(HYPS_DE)
+
+
+# ------------------------------------------------------------------ the Moses recipe, byte for byte
+# Expected strings are the output of the real scripts (mosesdecoder scripts/tokenizer/tokenizer.perl
+# @0036c6c, with nonbreaking_prefix.de; multi-bleu.perl @31473d8), run once with perl as in
+# tensor2tensor's get_ende_bleu.sh:
+#   tokenizer.perl -l de < refs | perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g'
+# They are pasted here so the test needs no perl.
+MOSES_REFS = [
+    "Die Preise stiegen um 3-4 Prozent, im Jahr 2013-14 sogar um 10-prozentig.",
+    'Er sagte: "Das ist nicht fair", und ging.',
+    "„Wir schaffen das“, sagte Merkel – und lächelte.",
+    "»Nein«, antwortete er, ‚vielleicht‘ später.",
+    "Das ist Peter's Auto, nicht Annas'.",
+    "Procter & Gamble kauft Ben & Jerry's für 1,5 Mrd. Dollar.",
+    "Baden-Württemberg und Nordrhein-Westfalen: E-Mail-Adressen [siehe unten] <b>fett</b> | Pipe.",
+    "Am 3. Oktober 2014 ca. 20 Uhr kam z.B. Dr. Müller nach Hause...",
+    "Die Firma (gegr. 1990) verkaufte 5,300 Stück für 1.000,50 Euro.",
+    "Er kam um 14.30 Uhr an, nach Gate 24.",
+    "Was?! Wirklich?? Ja...",
+    "Der 1. FC Köln spielte gegen den FC Bayern München II.",
+]
+PERL_TOKENIZED = [
+    "Die Preise stiegen um 3 ##AT##-##AT## 4 Prozent , im Jahr 2013 ##AT##-##AT## 14 sogar um "
+    "10 ##AT##-##AT## prozentig .",
+    "Er sagte : &quot; Das ist nicht fair &quot; , und ging .",
+    "„ Wir schaffen das “ , sagte Merkel – und lächelte .",
+    "» Nein « , antwortete er , ‚ vielleicht ‘ später .",
+    "Das ist Peter &apos; s Auto , nicht Annas &apos; .",
+    "Procter &amp; Gamble kauft Ben &amp; Jerry &apos; s für 1,5 Mrd. Dollar .",
+    "Baden ##AT##-##AT## Württemberg und Nordrhein ##AT##-##AT## Westfalen : E ##AT##-##AT## Mail "
+    "##AT##-##AT## Adressen &#91; siehe unten &#93; &lt; b &gt; fett &lt; / b &gt; &#124; Pipe .",
+    "Am 3. Oktober 2014 ca. 20 Uhr kam z.B. Dr. Müller nach Hause ...",
+    "Die Firma ( gegr . 1990 ) verkaufte 5,300 Stück für 1.000,50 Euro .",
+    "Er kam um 14.30 Uhr an , nach Gate 24 .",
+    "Was ? ! Wirklich ? ? Ja ...",
+    "Der 1. FC Köln spielte gegen den FC Bayern München II .",
+]
+MOSES_HYPS = [
+    "Die Preise stiegen um 3-4 Prozent, im Jahr 2013-14 um 10 Prozent.",
+    'Er sagte: "Das ist unfair", und ging weg.',
+    "„Wir schaffen das“, sagte Merkel und lächelte.",
+    "»Nein«, sagte er, ‚vielleicht‘ später.",
+    "Das ist Peters Auto, nicht Annas'.",
+    "Procter & Gamble kauft Ben & Jerry's für 1,5 Mrd. Dollar.",
+    "Baden-Württemberg und Nordrhein-Westfalen: E-Mail-Adresse [siehe unten] <b>fett</b> | Pipe.",
+    "Am 3. Oktober 2014 gegen 20 Uhr kam z.B. Dr. Müller nach Hause...",
+    "Die Firma (gegr. 1990) verkaufte 5,300 Stück für 1.000,50 Euro.",
+    "Er kam um 14.30 Uhr an Gate 24 an.",
+    "Was?! Wirklich? Ja...",
+    "Der 1. FC Köln spielte gegen Bayern München II.",
+]
+# multi-bleu.perl refs.atat < hyps.atat:
+# BLEU = 77.39, 95.0/86.5/77.9/70.2 (BP=0.945, ratio=0.947, hyp_len=160, ref_len=169)
+PERL_BLEU = 77.39
+
+
+@pytest.mark.parametrize("line, expected", list(zip(MOSES_REFS, PERL_TOKENIZED)))
+def test_paper_tokenize_equals_the_perl_recipe(line, expected):
+    assert paper_tokenize(line) == expected
+
+
+def test_paper_bleu_equals_the_perl_recipe():
+    assert round(paper_bleu(MOSES_HYPS, MOSES_REFS), 2) == PERL_BLEU
+    tokens = sum(len(paper_tokenize(h).split()) for h in MOSES_HYPS)
+    assert tokens == 160  # hyp_len as multi-bleu.perl counted it
+
+
+def test_moses_differs_from_13a_where_the_recipe_says():
+    """The cases where sacreBLEU's 13a tokenizer (the old approximation) disagrees with Moses."""
+    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+    for line in ("Die Preise stiegen um 3-4 Prozent.", 'Er sagte: "Nein".', "Ben & Jerry's"):
+        assert split_compounds(Tokenizer13a()(line)) != paper_tokenize(line)
+    assert moses_tokenizer("de").tokenize("nach Gate 24.", return_str=True) == "nach Gate 24 ."

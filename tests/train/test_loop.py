@@ -1,8 +1,10 @@
 """The training loop: exact resume, run-directory safety, checkpoints, metrics, loss scaling, FLOPs."""
 
+import hashlib
 import json
 import math
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +16,8 @@ from train.errors import InputError
 from train.loop import fit
 from train.loss_scaler import DynamicLossScaler, LossScaleOverflowError
 from train.metrics import MetricsWriter, forward_flops, read_metrics
-from transformer.checkpoint import CheckpointError, list_checkpoints
+from train.run_dir import is_ours
+from transformer.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
 from transformer.config import TransformerConfig
 from transformer.model import Transformer
 
@@ -65,16 +68,59 @@ def test_resume_is_bit_exact(straight_run, tmp_path):
 def test_resume_from_earlier_checkpoint_redoes_steps(straight_run, tmp_path):
     """Kill after step 7 (checkpoint at 6): the resumed run redoes step 7 and matches the straight run."""
     straight_dir, _ = straight_run
-    quiet_fit(tiny_config("train.max_steps=7", "train.ckpt_every=6"), tmp_path)
-    (tmp_path / "ckpt_00000007.safetensors").unlink()  # as if killed before the final checkpoint
-    quiet_fit(tiny_config("train.max_steps=12", "train.ckpt_every=6"), tmp_path)
+    quiet_fit(tiny_config("train.max_steps=7", "train.ckpt_every=6", "train.keep_last_full=2"), tmp_path)
+    for name in ("ckpt_00000007.safetensors", "ckpt_00000007.optimizer.safetensors"):
+        (tmp_path / name).unlink()  # as if killed before the final checkpoint
+    quiet_fit(tiny_config("train.max_steps=12", "train.ckpt_every=6", "train.keep_last_full=2"), tmp_path)
     assert train_losses(tmp_path) == train_losses(straight_dir)  # the redone step 7 replaced the first
+
+
+def test_optimizer_state_only_in_the_newest_keep_last_full(tmp_path):
+    quiet_fit(tiny_config("train.max_steps=6", "train.ckpt_every=1", "train.keep_last=4", "train.keep_last_full=2"),
+              tmp_path)
+    assert sorted(p.name for p in tmp_path.glob("ckpt_*")) == [
+        "ckpt_00000003.safetensors", "ckpt_00000004.safetensors", "ckpt_00000005.optimizer.safetensors",
+        "ckpt_00000005.safetensors", "ckpt_00000006.optimizer.safetensors", "ckpt_00000006.safetensors"]
+    weights, _ = load_checkpoint(tmp_path / "ckpt_00000004.safetensors")
+    adam, _ = load_checkpoint(tmp_path / "ckpt_00000006.optimizer.safetensors")
+    assert not any(k.startswith("optimizer.") for k in weights)
+    n_weights = sum(v.size for v in weights.values())
+    assert sum(v.size for k, v in adam.items() if k != "optimizer.step") == 2 * n_weights  # Adam's m and v
+
+
+def test_weights_only_newest_checkpoint_is_never_an_exact_resume_silently(straight_run, tmp_path, capsys):
+    straight_dir, _ = straight_run
+    config = tiny_config("train.max_steps=7", "train.ckpt_every=6", "train.keep_last_full=2")
+    quiet_fit(config, tmp_path)
+    (tmp_path / "ckpt_00000007.optimizer.safetensors").write_bytes(b"lost")  # a corrupt optimizer file
+    capsys.readouterr()
+    quiet_fit(tiny_config("train.max_steps=12", "train.ckpt_every=6", "train.keep_last_full=2"), tmp_path)
+    out = capsys.readouterr().out
+    assert "ckpt_00000007.safetensors holds weights only" in out and "restored ckpt_00000006.safetensors" in out
+    assert train_losses(tmp_path) == train_losses(straight_dir)  # exact: resumed from step 6, not from 7's weights
+
+    other = tmp_path / "other"
+    quiet_fit(tiny_config("train.max_steps=7", "train.ckpt_every=6"), other)  # keep_last_full 1
+    (other / "ckpt_00000007.optimizer.safetensors").unlink()
+    with pytest.raises(InputError, match="ckpt_00000007.safetensors: no optimizer state to resume from.*"
+                                         "--reset-optimizer"):
+        quiet_fit(tiny_config("train.max_steps=9", "train.ckpt_every=6"), other)
+    resumed = quiet_fit(tiny_config("train.max_steps=9", "train.ckpt_every=6"), other, reset_optimizer=True)
+    assert resumed.progress.step == 9
 
 
 def test_run_dir_contents(straight_run):
     run_dir, result = straight_run
     names = {p.name for p in run_dir.iterdir()}
-    assert {"config.json", "metrics.jsonl", "tokenizer.model", "data"} <= names
+    assert {"config.json", "metrics.jsonl", "tokenizer.model", "prepared.json", "best.safetensors",
+            "run.lock"} <= names
+    assert all(is_ours(name) for name in names), names  # --force may delete all of them, and only them
+    record = json.loads((run_dir / "prepared.json").read_text())
+    assert record["data"].startswith(str(run_dir.parent / "prepared"))  # shared data, beside the runs
+    assert record["files"]["train_src"]["sha256"] == hashlib.sha256(
+        open(record["files"]["train_src"]["path"], "rb").read()).hexdigest()
+    assert (run_dir / "tokenizer.model").read_bytes() == (Path(record["data"]) / "tokenizer.model").read_bytes()
+    assert (run_dir / "run.lock").read_text() == ""  # released
     assert json.loads((run_dir / "config.json").read_text()) == tiny_config("train.max_steps=12").to_dict()
     steps = [int(p.stem.split("_")[1]) for p in list_checkpoints(run_dir)]
     assert steps == [3, 6, 9, 12]
@@ -93,32 +139,37 @@ def test_keep_last_prunes_old_checkpoints(tmp_path):
         "ckpt_00000006.safetensors", "ckpt_00000007.safetensors", "ckpt_00000008.safetensors"]
 
 
+def mtimes(run_dir) -> dict:
+    """Modification times of the run's files, except the lock (every start takes it)."""
+    return {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir() if p.name != "run.lock"}
+
+
 def test_finished_run_is_not_touched(straight_run):
     run_dir, _ = straight_run
-    before = {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()}
+    before = mtimes(run_dir)
     result = quiet_fit(tiny_config("train.max_steps=12"), run_dir)
     assert result.progress.step == 12
-    assert {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()} == before
+    assert mtimes(run_dir) == before
 
 
 def test_changed_config_is_refused_without_force(straight_run):
     run_dir, _ = straight_run
-    before = {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()}
+    before = mtimes(run_dir)
     with pytest.raises(InputError, match=r"model.d_model \(16 -> 32\).*--force"):
         quiet_fit(tiny_config("train.max_steps=12", "model.d_model=32"), run_dir)
-    assert {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()} == before
+    assert mtimes(run_dir) == before
 
 
-def test_foreign_directory_is_refused_and_force_keeps_foreign_files(tmp_path):
+def test_force_restarts_a_run_and_keeps_files_the_user_put_there(tmp_path):
+    quiet_fit(tiny_config("train.max_steps=2"), tmp_path)
     (tmp_path / "notes.txt").write_text("mine")
-    with pytest.raises(InputError, match="holds no run"):
-        quiet_fit(tiny_config("train.max_steps=2"), tmp_path)
-    quiet_fit(tiny_config("train.max_steps=2"), tmp_path, force=True)
-    assert (tmp_path / "notes.txt").read_text() == "mine"
+    (tmp_path / "plots").mkdir()
+    (tmp_path / "plots" / "my_figure.png").write_text("mine too")
     first = train_losses(tmp_path)
     quiet_fit(tiny_config("train.max_steps=2", "model.d_model=32"), tmp_path, force=True)  # starts over
     assert len(train_losses(tmp_path)) == 2 and train_losses(tmp_path) != first
     assert (tmp_path / "notes.txt").read_text() == "mine"
+    assert (tmp_path / "plots" / "my_figure.png").read_text() == "mine too"
 
 
 def test_reset_optimizer_keeps_weights_and_restarts_adam(straight_run, tmp_path):
@@ -150,7 +201,8 @@ def test_checkpoint_with_other_vocabulary_is_refused(straight_run, tmp_path):
 
 def test_average_last_writes_mean_of_weights(straight_run, tmp_path):
     run_dir, _ = straight_run
-    out = checkpointing.average_last(run_dir, 2, tmp_path / "avg.safetensors")
+    out, names = checkpointing.average_last(run_dir, 2, tmp_path / "avg.safetensors")
+    assert names == [p.name for p in list_checkpoints(run_dir)[-2:]]
     with pytest.raises(InputError, match="exists"):
         checkpointing.average_last(run_dir, 2, out)
     with pytest.raises(InputError, match="fewer than --last 9"):
@@ -161,6 +213,58 @@ def test_average_last_writes_mean_of_weights(straight_run, tmp_path):
     for (name, p), (_, pa), (_, pb) in zip(model.named_parameters(), a.named_parameters(), b.named_parameters()):
         np.testing.assert_allclose(p.numpy(), (pa.numpy().astype(np.float64) + pb.numpy()) / 2,
                                    rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+def test_average_reads_weights_only_and_defaults_to_the_runs_average_last(straight_run, tmp_path):
+    run_dir, _ = straight_run
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for path in run_dir.iterdir():
+        if path.is_file() and not path.name.endswith(".optimizer.safetensors"):  # no optimizer state at all
+            (copy / path.name).write_bytes(path.read_bytes())
+    out, names = checkpointing.average_last(copy)  # train.average_last = 2 in this run's config.json
+    assert out == copy / "averaged_last2.safetensors"
+    assert names == ["ckpt_00000009.safetensors", "ckpt_00000012.safetensors"]
+    with pytest.raises(InputError, match="no run config.*pass --last K"):
+        checkpointing.average_last(tmp_path / "nothing")
+
+
+def test_early_stopping_and_best_checkpoint_by_validation_bleu(tmp_path, monkeypatch, capsys):
+    import train.loop as loop_module
+
+    bleus = iter([1.0, 3.0, 2.0, 2.5, 9.0])  # best at the 2nd validation, then 2 without improvement
+    monkeypatch.setattr(loop_module, "validate", lambda *args: {"loss": 1.0, "nll": 1.0, "ppl": 2.7, "exact_match": 0.0,
+                                                                "bleu": next(bleus), "bleu_sentences": 4})
+    config = tiny_config("train.max_steps=10", "train.valid_every=1", "train.ckpt_every=1", "train.keep_last=10",
+                         "train.patience=2")
+    result = quiet_fit(config, tmp_path)
+    assert result.stopped == "early stopping" and result.progress.step == 4
+    assert (result.progress.best_step, result.progress.best_score, result.progress.bad_validations) == (2, 3.0, 2)
+    assert list_checkpoints(tmp_path)[-1].name == "ckpt_00000004.safetensors"  # saved where it stopped
+    best, best_meta = load_checkpoint(tmp_path / "best.safetensors")
+    step2, _ = load_checkpoint(tmp_path / "ckpt_00000002.safetensors")
+    assert best.keys() == step2.keys() and all(np.array_equal(best[k], step2[k]) for k in best)  # weights only
+    assert best_meta["step"] == 2 and best_meta["valid"]["bleu"] == 3.0
+    assert [r["best"] for r in read_metrics(tmp_path / "metrics.jsonl", "valid")] == [True, True, False, False]
+    capsys.readouterr()
+    again = quiet_fit(config, tmp_path)  # the same command again: the run has ended
+    assert again.stopped == "early stopping" and again.progress.step == 4
+    assert "already stopped early at step 4" in capsys.readouterr().out
+
+
+def test_first_steps_are_logged_before_log_every():
+    from train.loop import logged_step
+
+    assert [s for s in range(1, 260) if logged_step(s, 100)] == [1, 2, 4, 8, 16, 32, 64, 100, 200]
+    assert [s for s in range(1, 6) if logged_step(s, 1)] == [1, 2, 3, 4, 5]
+
+
+def test_no_mfu_on_a_cpu():
+    """A CPU has no trustworthy peak (the old estimate printed ~80% MFU); GPUs use their datasheet."""
+    from train.metrics import mfu, peak_tflops
+
+    assert peak_tflops("cpu", "fp32")[0] is None and mfu(1e12, None) is None
+    assert peak_tflops("NVIDIA H100 80GB HBM3", "fp32")[0] == 67.0
 
 
 def test_files_task_needs_paths(tmp_path):
@@ -190,7 +294,7 @@ def test_translate_lines_restores_order_and_matches_one_by_one(straight_run):
 
 def test_multi30k_task_resolves_shared_files(tmp_path):
     from train.data import shared_data_dir
-    from train.prepare import resolve_paths
+    from train.prepared_data import resolve_paths
 
     if shared_data_dir() is None or not (shared_data_dir() / "multi30k").is_dir():
         pytest.skip("../shared/data/multi30k is not here")

@@ -11,7 +11,7 @@ from train.config import RunConfig
 from train.data import iter_parallel, shared_data_dir
 from train.errors import InputError
 from train.loop import fit
-from train.prepare import resolve_paths
+from train.prepared_data import resolve_paths
 from train.trees import clean, delinearise, read_trees
 
 from test_cli import ROOT, assert_one_line_error, run_cli
@@ -41,14 +41,15 @@ def test_ptb_task_writes_words_trees_and_gold_files(tmp_path):
     paths = resolve_paths(config.task, tmp_path / "run")
     pairs = list(iter_parallel(*paths["train"]))
     assert len(pairs) == 6
-    gold = read_trees(tmp_path / "run" / "data" / "train.gold")
+    gold = read_trees(paths["train"][1].with_suffix(".gold"))
     for (_, words, tokens), tree in zip(pairs, gold):
         assert words.split() == tree.words()
         assert str(delinearise(tokens.split(), words.split(), tree.tags())[0]) == str(tree) == str(clean(tree))
     assert pairs[1][1:] == ("It was red .", "(S (NP It )NP (VP was (ADJP red )ADJP )VP . )S")
+    assert paths["train"][0].parent.name.startswith("ptb-")                 # named by content
     stamp = paths["test"][1].stat().st_mtime_ns
     assert resolve_paths(config.task, tmp_path / "run") == paths
-    assert paths["test"][1].stat().st_mtime_ns == stamp                  # complete: reused, not rewritten
+    assert paths["test"][1].stat().st_mtime_ns == stamp                  # the same content: reused, not rewritten
 
 
 @pytest.mark.parametrize("override, message", [
@@ -90,12 +91,12 @@ def test_a_few_training_steps_then_parse_eval_and_evalb(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")                    # the tiny corpus lowers the vocabulary size
         result = fit(config, tmp_path / "run", progress=False)
-    gold, out = tmp_path / "run" / "data" / "test.gold", tmp_path / "parsed.txt"
-    parsed = run_cli("parse-eval", "--ckpt", str(result.checkpoints[-1]), "--gold", str(gold), "--beam", "2",
+    gold, out = result.prepared.paths["test"][1].with_suffix(".gold"), tmp_path / "parsed.txt"
+    parsed = run_cli("parse-eval", "--ckpt", str(result.checkpoints[-1]), "--gold", str(tmp_path / "run"), "--beam", "2",
                      "--max-len-b", "8", "--out", str(out))
     stdout = parsed.stdout.decode()
     assert parsed.returncode == 0, parsed.stderr.decode()
-    assert "parsed 3 sentences" in stdout and "right-branching" in stdout
+    assert f"parsed 3 sentences of {gold}" in stdout and "right-branching" in stdout   # the run's test split
     for parse, tree in zip(read_trees(out), read_trees(gold)):                 # the gold words and tags
         assert (parse.words(), parse.tags()) == (tree.words(), tree.tags())
     # Right-branching, by hand (punctuation out): "The cat sat on the mat" matches S(0,6) and VP(2,6)

@@ -2,7 +2,10 @@
 
 import gzip
 import hashlib
+import os
 import shutil
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -65,6 +68,32 @@ def test_training_is_deterministic_and_hash_tracks_content(task, tmp_path):
     c = Tokenizer.train(texts[:600], tmp_path / "c", vocab_size=200)
     assert a.model_hash == b.model_hash
     assert a.model_hash != c.model_hash
+
+
+TRAIN_IN_A_NEW_PROCESS = """
+import sys, warnings
+from pathlib import Path
+from train.tokenizer import Tokenizer
+warnings.simplefilter("ignore")
+Tokenizer.train([Path(sys.argv[1]), Path(sys.argv[2])], sys.argv[3], vocab_size=150, sample_size=700)
+"""
+
+
+def test_sampled_training_gives_the_same_model_in_every_process(task, tmp_path):
+    """sentencepiece's own sampling (input_sentence_size + shuffle) differs from process to process; our
+    sample is drawn by a seeded generator, so two processes write byte-identical models."""
+    en, de = tmp_path / "train.en", tmp_path / "train.de"
+    en.write_text("".join(e + "\n" for e, _ in task["train"][:1500]), encoding="utf-8")
+    de.write_text("".join(d + "\n" for _, d in task["train"][:1500]), encoding="utf-8")  # 3000 lines > 700
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for name in ("a", "b"):
+        done = subprocess.run([sys.executable, "-c", TRAIN_IN_A_NEW_PROCESS, str(en), str(de), str(tmp_path / name)],
+                              capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 0, done.stderr
+    assert (tmp_path / "a.model").read_bytes() == (tmp_path / "b.model").read_bytes()
+    full = Tokenizer.train([en, de], tmp_path / "full", vocab_size=150, sample_size=3000)
+    assert full.model_hash != Tokenizer(tmp_path / "a.model").model_hash  # the sample was a real subset
 
 
 def test_train_from_files_including_gzip(task, tmp_path):

@@ -4,7 +4,7 @@ import itertools
 import numpy as np
 import pytest
 
-from transformer.search import beam_search, greedy_decode, length_penalty
+from transformer.search import beam_search, beam_search_nbest, greedy_decode, length_penalty
 from transformer_helpers import random_ids, small_model
 
 BOS, EOS, A, B = 2, 3, 4, 5
@@ -58,16 +58,20 @@ class TreeModel:
         return sum(self.log_probs(tuple(tokens[:i]))[t] for i, t in enumerate(tokens))
 
 
-def brute_force_best(model, max_length, alpha):
-    """Every hypothesis over {A, B} of at most max_length tokens (EOS included; cut ones end without EOS)."""
-    best, best_score = None, -np.inf
+def brute_force_ranked(model, max_length, alpha):
+    """Every hypothesis over {A, B} of at most max_length tokens (EOS included; cut ones end without EOS),
+    as (score, tokens without EOS), best first."""
+    ranked = []
     for n in range(max_length):
         for body in itertools.product([A, B], repeat=n):
             for tokens in ([*body, EOS], [*body, A], [*body, B]) if n == max_length - 1 else ([*body, EOS],):
                 score = model.sequence_log_prob(tokens) / length_penalty(len(tokens), alpha)
-                if score > best_score:
-                    best, best_score = [t for t in tokens if t != EOS], score
-    return best
+                ranked.append((score, [t for t in tokens if t != EOS]))
+    return sorted(ranked, key=lambda entry: -entry[0])
+
+
+def brute_force_best(model, max_length, alpha):
+    return brute_force_ranked(model, max_length, alpha)[0][1]
 
 
 def table(entries, default):
@@ -149,3 +153,47 @@ def test_batched_beam_search_equals_one_sentence_at_a_time(backend):
     single = [beam_search(model, src[i:i + 1, :n], beam=3, max_len_b=5)[0] for i, n in enumerate([5, 2, 4])]
     assert batched == single
     assert all(BOS not in y and EOS not in y and 0 not in y for y in batched)
+
+
+def random_tree(seed):
+    rng, cache = np.random.default_rng(seed), {}
+
+    def probs(prefix):
+        if prefix not in cache:
+            p = rng.dirichlet([1.0, 1.0, 1.0])
+            cache[prefix] = {EOS: p[0], A: p[1], B: p[2]}
+        return cache[prefix]
+    return TreeModel(probs)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_wide_beam_nbest_is_the_exact_k_best_with_scores(seed):
+    """With a beam wide enough to keep every prefix, the n-best list is the exhaustive ranking's top K."""
+    model, src = random_tree(seed), np.array([[7]])      # max output length 1 + 2 = 3: 14 hypotheses
+    ranked = brute_force_ranked(model, 3, 0.6)
+    got = beam_search_nbest(model, src, beam=6, alpha=0.6, max_len_b=2, nbest=5)[0]
+    assert [tokens for _, tokens in got] == [tokens for _, tokens in ranked[:5]]
+    np.testing.assert_allclose([score for score, _ in got], [score for score, _ in ranked[:5]], rtol=1e-6)
+
+
+def test_nbest_one_is_beam_search_and_lists_are_sorted_and_distinct():
+    model = small_model(backend="numpy", seed=3, vocab_size=9)
+    src = random_ids(np.random.default_rng(3), 3, 5, 9, lengths=[5, 2, 4])
+    best = beam_search(model, src, beam=4, max_len_b=5)
+    lists = beam_search_nbest(model, src, beam=4, max_len_b=5, nbest=3)
+    assert [hyps[0][1] for hyps in beam_search_nbest(model, src, beam=4, max_len_b=5, nbest=1)] == best
+    for hyps, top in zip(lists, best):
+        assert len(hyps) == 3 and hyps[0][1] == top
+        assert [s for s, _ in hyps] == sorted((s for s, _ in hyps), reverse=True)
+        assert len({tuple(t) for _, t in hyps}) == 3
+    with pytest.raises(ValueError, match="nbest must be between 1 and the beam size 2"):
+        beam_search_nbest(model, src, beam=2, nbest=3)
+
+
+def test_nbest_waits_for_k_finished_before_stopping_early():
+    """The early stop of test_search_stops_early... would end after one step with one finished hypothesis;
+    asking for 3 keeps searching until the 3rd best cannot be beaten."""
+    probs = table({(): {EOS: 0.99, A: 0.005, B: 0.005}}, {EOS: 0.5, A: 0.25, B: 0.25})
+    hyps = beam_search_nbest(TreeModel(probs), np.array([[7]]), beam=4, max_len_b=50, nbest=3)[0]
+    assert [tokens for _, tokens in hyps] == [[], [A], [B]]
+    assert hyps[1][0] == pytest.approx(np.log(0.005 * 0.5) / length_penalty(2, 0.6))

@@ -7,9 +7,12 @@
 // Math: m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
 //       param -= lr * (m / bc1) / (sqrt(v / bc2) + eps),  bc1 = 1 - b1^step, bc2 = 1 - b2^step
 // (bc1, bc2 are computed on the host in float64). Bytes per element: read param, grad, m, v
-// and write param, m, v: 7 values, 28 B in float32.
-// Templates over the parameter type P (float, double; m and v share it) and the gradient type
-// G (float, f16, double), instantiated by name from cupy_launch.py. Standalone syntax check:
+// and write param, m, v: 7 values, 28 B in float32, plus 2 B when the half copy is written.
+// half (H*, may be null): the updated param rounded to H (f16 or bf16) in the same pass, the
+// copy of the weights mixed precision's forward multiplies with (none is cast in the forward).
+// Templates over the parameter type P (float, double; m and v share it), the gradient type
+// G (float, f16, double) and the half type H (f16, bf16; P when no half copy is asked for),
+// instantiated by name from cupy_launch.py. Standalone syntax check:
 //   nvcc -std=c++17 -arch=sm_90 -I.. -c cuda.cu -o /dev/null   (in this folder; -I.. finds common.cuh)
 
 #include "common.cuh"
@@ -22,10 +25,10 @@ __device__ __forceinline__ void adam_update(P& p, P& m, P& v, P g, P lr, P beta1
     p -= lr * (m / bc1) / (sqrt_(v / bc2) + eps);  // bias-corrected moments
 }
 
-template <typename P, typename G>
+template <typename P, typename G, typename H>
 __global__ void adam_step_v1(P* __restrict__ param, const G* __restrict__ grad, P* __restrict__ m,
-                             P* __restrict__ v, P lr, P beta1, P beta2, P eps, P bc1, P bc2,
-                             long long n) {
+                             P* __restrict__ v, H* __restrict__ half, P lr, P beta1, P beta2, P eps,
+                             P bc1, P bc2, long long n) {
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     P p = param[i], mi = m[i], vi = v[i];
@@ -33,12 +36,13 @@ __global__ void adam_step_v1(P* __restrict__ param, const G* __restrict__ grad, 
     param[i] = p;
     m[i] = mi;
     v[i] = vi;
+    if (half) store(half[i], p);  // uniform branch: every thread or none
 }
 
-template <typename P, typename G>
+template <typename P, typename G, typename H>
 __global__ void adam_step_v2(P* __restrict__ param, const G* __restrict__ grad, P* __restrict__ m,
-                             P* __restrict__ v, P lr, P beta1, P beta2, P eps, P bc1, P bc2,
-                             long long n) {
+                             P* __restrict__ v, H* __restrict__ half, P lr, P beta1, P beta2, P eps,
+                             P bc1, P bc2, long long n) {
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long base = (long long)blockIdx.x * blockDim.x + threadIdx.x; base < n; base += 4 * stride) {
         P p[4], mi[4], vi[4], g[4];
@@ -60,6 +64,7 @@ __global__ void adam_step_v2(P* __restrict__ param, const G* __restrict__ grad, 
                 param[i] = p[k];
                 m[i] = mi[k];
                 v[i] = vi[k];
+                if (half) store(half[i], p[k]);
             }
         }
     }

@@ -3,10 +3,14 @@
 v1: naive port of the reference, one element per prange iteration, bias corrections recomputed per element
 v2: bias corrections folded into two scalars before the loop, math in the parameters' dtype, fastmath
 
-Shapes: flat (P,) views of param, grad, m and v; updated in place.
+Shapes: flat (P,) views of param, grad, m and v; updated in place. The optional half copy
+(float16 or bf16) is written by a second pass after either version (bf16_cast / astype).
 """
 import numpy as np
 from numba import njit, prange
+
+from minitensor.dtypes import BF16
+from minitensor.kernels.bf16_cast.numba_cpu import bf16_cast
 
 FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}
 
@@ -45,10 +49,12 @@ VERSIONS = {1: adam_step_v1, 2: adam_step_v2}
 DEFAULT = 2
 
 
-def adam_step(param, grad, m, v, lr, beta1, beta2, eps, step):
-    """In place on same-shaped contiguous arrays; returns None."""
-    arrays = (param, grad, m, v)
+def adam_step(param, grad, m, v, lr, beta1, beta2, eps, step, half=None):
+    """In place on same-shaped contiguous arrays (half: the updated param in float16 or bf16); returns None."""
+    arrays = (param, grad, m, v) + (() if half is None else (half,))
     if not all(a.flags.c_contiguous and a.shape == param.shape for a in arrays):
         raise ValueError("adam_step needs same-shaped C-contiguous arrays (it updates in place)")
-    flat = [a.reshape(-1) for a in arrays]  # (P,) views, so the updates land in the callers' arrays
+    flat = [a.reshape(-1) for a in arrays[:4]]  # (P,) views, so the updates land in the callers' arrays
     VERSIONS[DEFAULT](*flat, float(lr), float(beta1), float(beta2), float(eps), int(step))
+    if half is not None:
+        half[...] = bf16_cast(param, BF16) if half.dtype == BF16 else param

@@ -8,7 +8,9 @@
 // when no class is ignored; passed in as `other_q`),
 //   loss = -sum_j q_j (x_j - lse) = sum(q) lse - (1-s) x_t - u (sum_j x_j - x_t - x_ignore)
 //   nll = lse - x_t,   dlogits_j = softmax(x)_j - q_j
-// Rows whose target is ignore_index give zeros (ignore_index < 0 means none).
+// Rows whose target is ignore_index give zeros (ignore_index < 0 means none). A target outside
+// [0, V) gives its row NaN loss, NaN nll and NaN dlogits, and reads nothing out of range: the
+// error reaches the host at the step's finiteness check (no kernel writes or reads off the row).
 // Shapes: N = rows, V = classes. loss, nll: (N,) in Acc<T>; dlogits (N, V) in T.
 // Templates over T (float, f16, double), instantiated by name from cupy_launch.py.
 // Standalone syntax check:
@@ -46,10 +48,11 @@ __global__ void cross_entropy_forward_v1(typename Acc<T>::type* __restrict__ los
     const T* xr = logits + r * V;
     T* dr = dlogits + r * V;
     const long long t = targets[r];
-    if (t == ignore_index) {  // ignored row: no loss, no gradient
-        for (int j = 0; j < V; ++j) store(dr[j], A(0));
-        loss[r] = 0;
-        nll[r] = 0;
+    if (t == ignore_index || t < 0 || t >= V) {  // ignored row: zeros; a bad target: NaN
+        const A fill = t == ignore_index ? A(0) : -neg_inf<A>() - -neg_inf<A>();  // inf - inf = NaN
+        for (int j = 0; j < V; ++j) store(dr[j], fill);
+        loss[r] = fill;
+        nll[r] = fill;
         return;
     }
     A m = neg_inf<A>();
@@ -81,11 +84,12 @@ __global__ void cross_entropy_forward_v2(typename Acc<T>::type* __restrict__ los
     const T* xr = logits + r * V;
     T* dr = dlogits + r * V;
     const long long t = targets[r];
-    if (t == ignore_index) {  // block-uniform branch: an ignored row gives zeros
-        for (int j = threadIdx.x; j < V; j += blockDim.x) store(dr[j], A(0));
+    if (t == ignore_index || t < 0 || t >= V) {  // block-uniform: an ignored row gives zeros, a bad target NaN
+        const A fill = t == ignore_index ? A(0) : -neg_inf<A>() - -neg_inf<A>();  // inf - inf = NaN
+        for (int j = threadIdx.x; j < V; j += blockDim.x) store(dr[j], fill);
         if (threadIdx.x == 0) {
-            loss[r] = 0;
-            nll[r] = 0;
+            loss[r] = fill;
+            nll[r] = fill;
         }
         return;
     }

@@ -14,7 +14,7 @@ from numba import njit, prange
 
 from minitensor.kernels.numba_math import exp_like
 
-from .reference import smoothing_mass
+from .reference import check_targets, smoothing_mass
 
 FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}
 
@@ -142,8 +142,7 @@ def cross_entropy_forward(logits, targets, smoothing, ignore_index):
     nll = np.empty(N, dtype=stats)
     dlogits = np.empty_like(logits2)
     targets1 = np.ascontiguousarray(targets, dtype=np.int64).reshape(-1)  # (N,)
-    if targets1.size and (targets1.min() < 0 or targets1.max() >= V):
-        raise IndexError("cross_entropy_forward: target out of range [0, V)")
+    check_targets(targets1, V, ignore_index)
     ignore = -1 if ignore_index is None else int(ignore_index)  # no real target is negative
     VERSIONS[DEFAULT](logits2, targets1, 1.0 - smoothing, other_q, ignore, loss, nll, dlogits)
     return loss, nll, dlogits

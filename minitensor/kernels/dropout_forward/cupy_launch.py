@@ -3,6 +3,8 @@
 v1: one thread per element (block = threads per block)
 
 Shapes: any; u has x's shape (uniform [0, 1) draws from the caller's RNG).
+`dropout_seeded(x, seed, p)` is v1 with the draws made inside the kernel (the SplitMix64 of
+CupyBackend.uniform, the same u for the same seed): what CupyBackend.dropout runs in training.
 """
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ import numpy as np
 from ..cupy_launcher import CTYPES, CudaKernels, acc_dtype, ceil_div
 
 CUDA = CudaKernels("dropout_forward",
-                   [f"dropout_forward_v1<{t}, {u}>" for t in CTYPES.values() for u in CTYPES.values()])
+                   [*(f"dropout_forward_v1<{t}, {u}>" for t in CTYPES.values() for u in CTYPES.values()),
+                    *(f"dropout_forward_v1_seeded<{t}>" for t in CTYPES.values())])
 
 
 def launch_v1(x, u, p, block=256):
@@ -29,6 +32,24 @@ def launch_v1(x, u, p, block=256):
     p_u = np.float64(u.dtype.type(p))  # NumPy compares u >= p in u's dtype
     kernel = CUDA.function(f"dropout_forward_v1<{CTYPES[x.dtype]}, {CTYPES[u.dtype]}>")
     kernel((ceil_div(x.size, block),), (block,), (y, x, u, p_u, acc(1.0 / (1.0 - p)), np.int64(x.size)))
+    return y
+
+
+def dropout_seeded(x, seed, p, block=256):
+    """y = x / (1 - p) where u >= p, else 0, with u = CupyBackend.uniform(seed, x.shape) made inline."""
+    import cupy as cp
+
+    x = cp.ascontiguousarray(x)
+    if x.dtype not in CTYPES:
+        raise TypeError(f"dropout_seeded: unsupported dtype {x.dtype}")
+    if p >= 1.0:
+        return cp.zeros_like(x)
+    y = cp.empty_like(x)
+    if x.size:
+        kernel = CUDA.function(f"dropout_forward_v1_seeded<{CTYPES[x.dtype]}>")
+        args = (y, x, np.uint64(seed), np.float64(np.float32(p)), acc_dtype(x.dtype)(1.0 / (1.0 - p)),
+                np.int64(x.size))
+        kernel((ceil_div(x.size, block),), (block,), args)
     return y
 
 

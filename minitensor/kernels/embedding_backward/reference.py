@@ -8,9 +8,15 @@ import numpy as np
 def embedding_backward_ref(dout, ids, num_embeddings):
     """dweight = zeros(num_embeddings, D); dweight[ids[i]] += dout[i] (repeated ids add up).
 
-    Returns dweight in dout's dtype.
+    Returns dweight in dout's dtype. An id outside [0, num_embeddings): IndexError. (The GPU
+    kernels, which cannot raise, write no row for it and add NaN to row 0 instead, so the step's
+    finiteness check stops the step; nothing is written outside the table.)
     """
     dout64 = np.asarray(dout, dtype=np.float64)  # (N, D)
+    ids = np.asarray(ids).astype(np.int64)  # (N,)
+    if ids.size and (ids.min() < 0 or ids.max() >= num_embeddings):
+        raise IndexError(f"embedding_backward: id {int(ids.min() if ids.min() < 0 else ids.max())} "
+                         f"outside the table [0, {num_embeddings})")
     dweight = np.zeros((num_embeddings, dout64.shape[1]), dtype=np.float64)  # (V, D)
-    np.add.at(dweight, np.asarray(ids).astype(np.int64), dout64)  # unbuffered: repeats add up
+    np.add.at(dweight, ids, dout64)  # unbuffered: repeats add up
     return dweight.astype(dout.dtype)

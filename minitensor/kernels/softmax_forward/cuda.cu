@@ -11,11 +11,28 @@
 // of bool) over (d0, d1, d2, L), so a (B,1,1,L) padding or (1,1,T,L) causal mask is never
 // copied out to (B,H,T,L). Blocked entries become -inf; a fully blocked row gives zeros.
 //
-// Kernels are templates over the element type T (float, f16, double), instantiated by
+// Non-finite entries (reference.py): -inf gets 0; a row with nothing above -inf gives zeros; a
+// row whose max is +inf gives its +inf entries equal shares (softmax_term counts them as 1, the
+// rest 0); a NaN in an unblocked entry makes the row NaN (softmax_inv passes the NaN sum on).
+// The max is taken with fmax, which skips NaN: the NaN still reaches the sum through exp.
+//
+// Kernels are templates over the element type T (float, f16, double, bf16), instantiated by
 // name from cupy_launch.py. Standalone syntax check:
 //   nvcc -std=c++17 -arch=sm_90 -I.. -c cuda.cu -o /dev/null   (in this folder; -I.. finds common.cuh)
 
 #include "common.cuh"
+
+// One entry's term of the row sum, e^(v - m) for the row max m: 0 for -inf (also when m is -inf,
+// where e^(-inf - -inf) would be NaN); for a +inf max, 1 on the +inf entries and 0 elsewhere.
+template <typename A> __device__ __forceinline__ A softmax_term(A v, A m) {
+    if (m == -neg_inf<A>()) return v == m ? A(1) : (v == v ? A(0) : v);  // NaN stays NaN
+    return v == neg_inf<A>() ? A(0) : exp_(v - m);
+}
+
+// 1 / (row sum): 0 for an empty row (zeros out), NaN for a NaN sum (a NaN row out).
+template <typename A> __device__ __forceinline__ A softmax_inv(A s) {
+    return s > A(0) ? A(1) / s : (s == s ? A(0) : s);
+}
 
 // Offset of row r's mask entries: r = ((i0 * d1) + i1) * d2 + i2.
 __device__ __forceinline__ long long mask_row_offset(long long r, int d1, int d2, long long ms0,
@@ -41,11 +58,11 @@ __global__ void softmax_forward_v1(T* __restrict__ y, const T* __restrict__ x,
         if (!(has_mask && mr[j * ms3])) row_max = max_(row_max, scale * load(xr[j]));
     A total = 0;
     for (int j = 0; j < L; ++j)
-        if (!(has_mask && mr[j * ms3])) total += exp_(scale * load(xr[j]) - row_max);
-    const A inv = total > 0 ? A(1) / total : A(0);  // fully blocked row -> zeros
+        if (!(has_mask && mr[j * ms3])) total += softmax_term(scale * load(xr[j]), row_max);
+    const A inv = softmax_inv(total);  // fully blocked row -> zeros
     for (int j = 0; j < L; ++j) {
         const bool blocked = has_mask && mr[j * ms3];
-        store(yr[j], blocked ? A(0) : exp_(scale * load(xr[j]) - row_max) * inv);
+        store(yr[j], blocked ? A(0) : softmax_term(scale * load(xr[j]), row_max) * inv);
     }
 }
 
@@ -71,7 +88,7 @@ __global__ void softmax_forward_v2(T* __restrict__ y, const T* __restrict__ x,
             s = s * exp_(m - v) + A(1);
             m = v;
         } else {
-            s += exp_(v - m);
+            s += softmax_term(v, m);
         }
     }
     for (int offset = 16; offset > 0; offset >>= 1) {
@@ -79,10 +96,16 @@ __global__ void softmax_forward_v2(T* __restrict__ y, const T* __restrict__ x,
         const A s2 = __shfl_xor_sync(0xffffffffu, s, offset);
         online_merge(m, s, m2, s2);
     }
-    const A inv = s > 0 ? A(1) / s : A(0);
+    if (m == -neg_inf<A>()) {  // +inf max (warp-uniform, rare): the online sum is inf - inf, count again
+        s = 0;
+        for (int j = lane; j < L; j += 32)
+            if (!(has_mask && mr[j * ms3])) s += softmax_term(scale * load(xr[j]), m);
+        s = warp_sum(s);
+    }
+    const A inv = softmax_inv(s);
     for (int j = lane; j < L; j += 32) {
         const bool blocked = has_mask && mr[j * ms3];
-        store(yr[j], blocked ? A(0) : exp_(scale * load(xr[j]) - m) * inv);
+        store(yr[j], blocked ? A(0) : softmax_term(scale * load(xr[j]), m) * inv);
     }
 }
 
@@ -116,11 +139,11 @@ __global__ void softmax_forward_v3(T* __restrict__ y, const T* __restrict__ x,
     A s = 0;
 #pragma unroll
     for (int i = 0; i < VPT; ++i) {
-        v[i] = (v[i] == neg_inf<A>()) ? A(0) : exp_(v[i] - m);  // blocked -> 0, never NaN
+        v[i] = softmax_term(v[i], m);  // blocked (-inf) -> 0, never NaN from the mask
         s += v[i];
     }
     for (int offset = 16; offset > 0; offset >>= 1) s += __shfl_xor_sync(0xffffffffu, s, offset);
-    const A inv = s > 0 ? A(1) / s : A(0);
+    const A inv = softmax_inv(s);
 #pragma unroll
     for (int i = 0; i < VPT; ++i) {
         const int j = lane + 32 * i;
@@ -165,7 +188,7 @@ __global__ void softmax_forward_v4(T* __restrict__ y, const T* __restrict__ x,
         s[k] = 0;
 #pragma unroll
         for (int i = 0; i < VPT; ++i) {
-            v[k][i] = (v[k][i] == neg_inf<A>()) ? A(0) : exp_(v[k][i] - m[k]);  // blocked -> 0
+            v[k][i] = softmax_term(v[k][i], m[k]);  // blocked -> 0
             s[k] += v[k][i];
         }
         for (int offset = 16; offset > 0; offset >>= 1) s[k] += __shfl_xor_sync(0xffffffffu, s[k], offset);
@@ -173,7 +196,7 @@ __global__ void softmax_forward_v4(T* __restrict__ y, const T* __restrict__ x,
 #pragma unroll
     for (int k = 0; k < ROWS; ++k) {
         const long long r = r0 + k;
-        const A inv = s[k] > 0 ? A(1) / s[k] : A(0);
+        const A inv = softmax_inv(s[k]);
 #pragma unroll
         for (int i = 0; i < VPT; ++i) {
             const int j = lane + 32 * i;

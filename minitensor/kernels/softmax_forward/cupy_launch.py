@@ -35,8 +35,8 @@ def _mask_args(mask, shape):
     import cupy as cp
 
     d0, d1, d2, L = _as_4d(shape)
-    if mask is None:
-        return (cp.zeros(1, cp.bool_), np.int32(0), *[np.int64(0)] * 4, np.int32(d1), np.int32(d2))
+    if mask is None:  # the pointer is never read (has_mask = 0): no array to make (and no memset)
+        return (np.uint64(0), np.int32(0), *[np.int64(0)] * 4, np.int32(d1), np.int32(d2))
     m = cp.broadcast_to(cp.asarray(mask, dtype=cp.bool_), shape)  # zero strides: no copy
     if len(shape) > 4:
         m = cp.ascontiguousarray(m)  # more than 3 leading axes is rare: copy, keep the kernel 4-D

@@ -9,7 +9,8 @@ un-broadcast as a small C-contiguous (Am, Bm, C_m, L) array, each of Am, Bm, C_m
 equal to A, B, C; row (a, b, c) reads mask row (a % Am, b % Bm, c % C_m). So a (B, 1, 1, L)
 padding mask is never copied out to (B, H, T, L), and its rows stay contiguous, which LLVM
 needs to vectorise (a zero-stride broadcast view made v3 twice as slow, measured).
-Fastmath leaves out nnan/ninf because blocked entries are -inf.
+Fastmath leaves out nnan/ninf because blocked entries are -inf. Rows with a NaN, a +inf max or
+nothing above -inf follow the reference's rule one entry at a time (_special_row).
 """
 import numpy as np
 from numba import njit, prange
@@ -17,6 +18,20 @@ from numba import njit, prange
 from minitensor.kernels.numba_math import exp_like
 
 FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}  # no nnan/ninf: -inf is meaningful
+
+
+@njit(cache=True)
+def _special_row(xr, mr, scale, row_max, nans, yr):
+    """A row with a NaN (all NaN), nothing above -inf (zeros) or a +inf max (equal shares of the +inf entries)."""
+    if nans:
+        yr[:] = np.nan
+        return
+    count = 0
+    for j in range(xr.size):
+        if row_max == np.inf and not mr[j] and scale * xr[j] == np.inf:
+            count += 1
+    for j in range(xr.size):
+        yr[j] = 1.0 / count if count > 0 and not mr[j] and scale * xr[j] == np.inf else 0.0
 
 
 @njit(cache=True, parallel=True)
@@ -27,15 +42,21 @@ def softmax_forward_v1(x4, scale, mask4, y4):
         a, b, c = r // (B * C), (r // C) % B, r % C
         xr, mr, yr = x4[a, b, c], mask4[a % Am, b % Bm, c % Cm], y4[a, b, c]
         row_max = -np.inf
+        nans = 0
         for j in range(L):
             if not mr[j]:
-                row_max = max(row_max, scale * np.float64(xr[j]))
+                v = scale * np.float64(xr[j])
+                row_max = v if v > row_max else row_max  # NaN never wins: counted below
+                nans += v != v
+        if nans or not (row_max < np.inf and row_max > -np.inf):
+            _special_row(xr, mr, scale, row_max, nans, yr)
+            continue
         total = 0.0
         for j in range(L):
             if not mr[j]:
                 total += np.exp(scale * np.float64(xr[j]) - row_max)
         for j in range(L):
-            if mr[j] or total == 0.0:  # blocked entry, or a fully blocked row -> 0
+            if mr[j]:  # blocked entry -> 0
                 yr[j] = 0.0
             else:
                 yr[j] = np.exp(scale * np.float64(xr[j]) - row_max) / total
@@ -49,15 +70,21 @@ def softmax_forward_v2(x4, scale, mask4, y4):
         a, b, c = r // (B * C), (r // C) % B, r % C
         xr, mr, yr = x4[a, b, c], mask4[a % Am, b % Bm, c % Cm], y4[a, b, c]
         row_max = -np.inf
+        nans = 0
         for j in range(L):
             if not mr[j]:
-                row_max = max(row_max, scale * xr[j])  # scale has x's dtype (wrapper)
+                v = scale * xr[j]  # scale has x's dtype (wrapper)
+                row_max = v if v > row_max else row_max
+                nans += v != v
+        if nans or not (row_max < np.inf and row_max > -np.inf):
+            _special_row(xr, mr, scale, row_max, nans, yr)
+            continue
         total = scale * 0  # zero in x's dtype
         for j in range(L):
             e = 0 * scale if mr[j] else np.exp(scale * xr[j] - row_max)
             yr[j] = e  # keep exp once, rescale below
             total += e
-        inv = 1 / total if total > 0 else 0 * total  # fully blocked row -> zeros
+        inv = 1 / total
         for j in range(L):
             yr[j] *= inv
 
@@ -71,16 +98,21 @@ def softmax_forward_v3(x4, scale, mask4, y4):
         a, b, c = r // (B * C), (r // C) % B, r % C
         xr, mr, yr = x4[a, b, c], mask4[a % Am, b % Bm, c % Cm], y4[a, b, c]
         row_max = neg_inf
+        nans = 0
         for j in range(L):  # selects instead of branches: the loop vectorises
-            row_max = max(row_max, neg_inf if mr[j] else scale * xr[j])
-        shift = row_max if row_max > neg_inf else 0 * scale  # fully blocked row: anything finite
+            v = neg_inf if mr[j] else scale * xr[j]
+            row_max = v if v > row_max else row_max
+            nans += v != v
+        if nans or not (row_max < np.inf and row_max > neg_inf):  # rare rows, one entry at a time
+            _special_row(xr, mr, scale, row_max, nans, yr)
+            continue
         total = 0 * scale
         for j in range(L):
-            e = exp_like(scale * xr[j] - shift, xr)
+            e = exp_like(scale * xr[j] - row_max, xr)
             e = 0 * scale if mr[j] else e
             yr[j] = e
             total += e
-        inv = 1 / total if total > 0 else 0 * total  # fully blocked row -> zeros
+        inv = 1 / total
         for j in range(L):
             yr[j] *= inv
 

@@ -1,6 +1,7 @@
 """Softmax forward with numba.cuda (§3.2.1 Eq. (1), masking §3.2.3); spec: reference.py.
 
-v1: one block per row: strided loops over the row, max and sum by tree reduction in shared memory
+v1: one block per row: strided loops over the row, max and sum by tree reduction in shared memory;
+    non-finite entries as in reference.py (NaN rows, +inf maxima, rows with nothing above -inf)
 
 Python you can step through: it also runs on the CPU under the CUDA simulator
 (NUMBA_ENABLE_CUDASIM=1, set before Python starts), which is how CI tests it.
@@ -24,47 +25,66 @@ THREADS = 64  # threads per block = slots of the shared-memory reduction (a powe
 def _kernel(acc):
     """The v1 kernel with statistics in `acc` (np.float32 or np.float64), compiled on first use."""
 
+    @cuda.jit(device=True)
+    def block_reduce(red, tid, value, take_max):
+        """Max (take_max) or sum of `value` over the block: a tree in shared memory."""
+        red[tid] = value
+        cuda.syncthreads()
+        half = THREADS // 2
+        while half > 0:
+            if tid < half:
+                other = red[tid + half]
+                if take_max:
+                    if other > red[tid]:
+                        red[tid] = other
+                else:
+                    red[tid] += other
+            cuda.syncthreads()
+            half //= 2
+        total = red[0]
+        cuda.syncthreads()  # everyone has read red[0] before it is reused
+        return total
+
+    @cuda.jit(device=True)
+    def term(v, m):
+        """e^(v - m); for a +inf max m, 1 on the +inf entries and 0 elsewhere; -inf entries 0."""
+        if m == math.inf:
+            return acc(1.0) if v == m else acc(0.0)
+        if v == -math.inf:
+            return acc(0.0)
+        return math.exp(v - m)
+
     @cuda.jit
     def softmax_forward_v1(x2, scale, mask2, has_mask, y2):
         row, tid = cuda.blockIdx.x, cuda.threadIdx.x
         L = x2.shape[1]
         red = cuda.shared.array(THREADS, dtype=acc)
-        # 1) row max over unblocked entries: per-thread max, then a tree in shared memory
-        m = acc(-math.inf)
+        # 1) row max over unblocked entries (a NaN never wins; they are counted instead)
+        m, nans = acc(-math.inf), acc(0.0)
         for j in range(tid, L, THREADS):
             if not (has_mask and mask2[row, j]):
-                m = max(m, scale * acc(x2[row, j]))
-        red[tid] = m
-        cuda.syncthreads()
-        half = THREADS // 2
-        while half > 0:
-            if tid < half:
-                red[tid] = max(red[tid], red[tid + half])
-            cuda.syncthreads()
-            half //= 2
-        m = red[0]
-        cuda.syncthreads()  # everyone has read red[0] before it is reused
-        # 2) sum of exp(scale*x - max), same pattern
+                v = scale * acc(x2[row, j])
+                if v > m:
+                    m = v
+                if v != v:
+                    nans += 1
+        m = block_reduce(red, tid, m, True)
+        nans = block_reduce(red, tid, nans, False)
+        # 2) sum of the terms (for a +inf max: the number of +inf entries)
         total = acc(0.0)
         for j in range(tid, L, THREADS):
             if not (has_mask and mask2[row, j]):
-                total += math.exp(scale * acc(x2[row, j]) - m)
-        red[tid] = total
-        cuda.syncthreads()
-        half = THREADS // 2
-        while half > 0:
-            if tid < half:
-                red[tid] += red[tid + half]
-            cuda.syncthreads()
-            half //= 2
-        total = red[0]
+                total += term(scale * acc(x2[row, j]), m)
+        total = block_reduce(red, tid, total, False)
         inv = acc(1.0) / total if total > 0 else acc(0.0)  # fully blocked row -> zeros
-        # 3) write
+        # 3) write: a row with a NaN is all NaN
         for j in range(tid, L, THREADS):
-            if has_mask and mask2[row, j]:
+            if nans > 0:
+                y2[row, j] = math.nan
+            elif has_mask and mask2[row, j]:
                 y2[row, j] = 0.0
             else:
-                y2[row, j] = math.exp(scale * acc(x2[row, j]) - m) * inv
+                y2[row, j] = term(scale * acc(x2[row, j]), m) * inv
 
     return softmax_forward_v1
 

@@ -8,48 +8,38 @@
 # ---
 
 # %% [markdown]
-# # 08 · Encoder, decoder and masks (Figure 1)
+# # 10 · Figure 1: the whole model, its masks, and a copy task
 #
-# > "The encoder is composed of a stack of N = 6 identical layers. Each layer
-# > has two sub-layers. The first is a multi-head self-attention mechanism, and
-# > the second is a simple, position-wise fully connected feed-forward network.
-# > We employ a residual connection around each of the two sub-layers, followed
-# > by layer normalization. That is, the output of each sub-layer is
-# > LayerNorm(x + Sublayer(x)) ... The decoder ... inserts a third sub-layer,
-# > which performs multi-head attention over the output of the encoder stack ...
 # > We also modify the self-attention sub-layer in the decoder stack to prevent
 # > positions from attending to subsequent positions. This masking, combined
 # > with fact that the output embeddings are offset by one position, ensures
 # > that the predictions for position i can depend only on the known outputs at
-# > positions less than i." (§3.1)
+# > positions less than i. (§3.1)
 #
-# We assemble Figure 1 from the library's parts, check it equals
-# `transformer.Transformer`, test the masks directly, and train it on a copy
-# task until **greedy decoding** is right. Then we break the causal mask on
-# purpose and watch teacher-forced accuracy stay perfect while greedy decoding
-# falls apart: the reason teacher-forced accuracy alone proves nothing.
+# Every part now exists: embeddings and positions (chapter 07), the encoder and
+# decoder stacks (chapter 08), the loss (chapter 09), Adam and the schedule
+# (chapter 04). We assemble Figure 1 from the library's versions of those parts,
+# check it equals `transformer.Transformer`, build and test the masks, and
+# train it on a copy task until **greedy decoding**, written here from its
+# definition, is right. Then we break the causal mask on purpose and watch
+# teacher-forced accuracy stay perfect while greedy decoding falls apart: the
+# reason teacher-forced accuracy alone proves nothing.
 #
 # Shapes: B batch, S source length, T target length, D = d_model, H heads, V vocab.
 
 # %%
-import contextlib
-import sys
-
 import numpy as np
 
 import minitensor as mt
+from _common import CHECK_SOLUTIONS, FAST, fails, load_solutions, one_cpu_thread
 from minitensor import nn, optim
-from train.threads import cpu_threads
-from transformer import LabelSmoothingLoss, Transformer, TransformerConfig, greedy_decode
-from transformer.embedding import Embeddings
-from transformer.layers import Decoder, Encoder
+from transformer import LabelSmoothingLoss, Transformer, TransformerConfig       # loss: chapter 09
+from transformer.embedding import Embeddings                                        # chapter 07
+from transformer.layers import Decoder, Encoder                                     # chapter 08
 from transformer.masks import padding_mask, subsequent_mask
-from transformer.positional import PositionalEncoding
+from transformer.positional import PositionalEncoding                               # chapter 07
 
-FAST = "--fast" in sys.argv
-CHECK_SOLUTIONS = "--check-solutions" in sys.argv
-THREADS = contextlib.ExitStack()       # held until the script ends
-THREADS.enter_context(cpu_threads(1))  # tiny matrices: extra BLAS/Numba threads only add overhead
+THREADS = one_cpu_thread()
 PAD, BOS, EOS = 0, 2, 3
 
 # %% [markdown]
@@ -59,20 +49,33 @@ PAD, BOS, EOS = 0, 2, 3
 # (B, H, T_query, T_key) (chapter 01):
 #
 # - **padding**: (B, 1, 1, S), no query may attend to a padding key;
-# - **subsequent** (causal): (1, 1, T, T), query i may see keys 0..i only:
-#   "masking out (setting to −∞) all values in the input of the softmax which
-#   correspond to illegal connections" (§3.2.3).
+# - **subsequent** (causal): (1, 1, T, T), query i may see keys 0..i only.
+#
+# > We need to prevent leftward information flow in the decoder to preserve the
+# > auto-regressive property. We implement this inside of scaled dot-product
+# > attention by masking out (setting to −∞) all values in the input of the
+# > softmax which correspond to illegal connections. (§3.2.3)
+#
+# Each is one line of NumPy; `transformer.masks` has the same two functions
+# (with an offset for decoding one step at a time, chapter 12).
 
 # %%
+def padding_mask_np(ids, pad):
+    return (ids == pad)[:, None, None, :]                          # (B, S) -> (B, 1, 1, S): blocks keys
+
+
+def causal_mask_np(T):
+    return np.triu(np.ones((T, T), dtype=bool), k=1)[None, None]   # (1, 1, T, T): key j > query i is blocked
+
+
 src_example = np.array([[7, 8, 9, PAD], [7, 8, 9, 10]])
-pm = padding_mask(src_example, PAD)
-sm = subsequent_mask(4)
-print(sm[0, 0].astype(int))
+print(causal_mask_np(4)[0, 0].astype(int))
 
 # %% CHECK
-assert pm.shape == (2, 1, 1, 4) and pm[0, 0, 0].tolist() == [False, False, False, True]
-assert sm.shape == (1, 1, 4, 4)
-assert np.array_equal(sm[0, 0], np.triu(np.ones((4, 4), dtype=bool), k=1)), "causal = strictly upper triangle"
+assert padding_mask_np(src_example, PAD)[0, 0, 0].tolist() == [False, False, False, True]
+assert np.array_equal(padding_mask(src_example, PAD), padding_mask_np(src_example, PAD)), "library padding mask"
+for T_ in (1, 4, 9):
+    assert np.array_equal(subsequent_mask(T_), causal_mask_np(T_)), f"library causal mask, T = {T_}"
 
 # %% [markdown]
 # ## 2. Figure 1 from parts
@@ -159,6 +162,12 @@ mt.assert_close(library_model(padded_src, tgt_in), library_model(src, tgt_in), n
 # sanity check of the whole pipeline: if a Transformer cannot learn to copy,
 # something is broken. The decoder input is the target shifted right
 # (BOS y₁ … y_n); the labels are y₁ … y_n EOS (§3.1, "offset by one position").
+#
+# We judge the model the way it will be used: by decoding. Greedy decoding is
+# the simplest search: feed BOS, take the most probable next token, append it,
+# run the decoder again on the longer prefix, until EOS. Written from that
+# definition it recomputes the whole prefix at every step (O(T²) work per
+# sentence); chapter 12 makes it O(T) with a cache and adds beam search.
 
 # %%
 def copy_batch(n, rng):
@@ -171,6 +180,19 @@ def copy_batch(n, rng):
         tgt_in[row, 0], tgt_in[row, 1:length + 1] = BOS, seq       # BOS y1 .. yn
         tgt_out[row, :length], tgt_out[row, length] = seq, EOS     # y1 .. yn EOS
     return src, tgt_in, tgt_out
+
+
+def greedy_from_scratch(forward, src, max_new):
+    """Greedy decoding by its definition: run the model on the prefix so far, append the argmax of the last
+    position, repeat until every row has produced EOS (or max_new tokens). Returns token lists without EOS."""
+    ys = np.full((src.shape[0], 1), BOS)                            # (B, 1)
+    with mt.no_grad():
+        for _ in range(max_new):
+            next_token = forward(src, ys).numpy()[:, -1].argmax(-1)   # (B,) most probable next token
+            ys = np.concatenate([ys, next_token[:, None]], axis=1)   # (B, t) -> (B, t+1)
+            if (ys == EOS).any(axis=1).all():
+                break
+    return [row[:row.index(EOS)] if EOS in row else row for row in ys[:, 1:].tolist()]
 
 
 def teacher_forced_accuracy(forward, src, tgt_in, tgt_out):
@@ -193,8 +215,8 @@ def train_copy(forward, params, max_steps, val, rng, target=0.99, greedy=None):
         opt.zero_grad()
         loss_fn(forward(s, ti), to).loss.backward()
         opt.step()
-        if step % 25 == 0 and step >= 100:
-            score = greedy(val[0]) if greedy else teacher_forced_accuracy(forward, *val)
+        if step % 50 == 0 and step >= 100:                         # a cheap look: half the validation set
+            score = greedy(val[0][:100]) if greedy else teacher_forced_accuracy(forward, *(v[:100] for v in val))
             if score >= target:
                 break
     return step
@@ -204,41 +226,15 @@ val = copy_batch(200, np.random.default_rng(99))
 max_steps = 800 if FAST else 2000
 library_model.train()
 steps = train_copy(library_model, library_model.named_parameters(), max_steps, val, np.random.default_rng(3),
-                   greedy=lambda s: greedy_exact_match(greedy_decode(library_model, s, max_len_b=5), s))
+                   greedy=lambda s: greedy_exact_match(greedy_from_scratch(library_model, s, L + 1), s))
 library_model.eval()
 tf_acc = teacher_forced_accuracy(library_model, *val)
-greedy_acc = greedy_exact_match(greedy_decode(library_model, val[0], max_len_b=5), val[0])
+greedy_acc = greedy_exact_match(greedy_from_scratch(library_model, val[0], L + 1), val[0])
 print(f"correct mask: {steps} steps, teacher-forced token accuracy {tf_acc:.3f}, greedy exact match {greedy_acc:.3f}")
 
 # %% CHECK
 assert greedy_acc >= 0.97, f"greedy decoding must copy (almost) every held-out sequence, got {greedy_acc:.3f}"
 assert tf_acc >= 0.99, f"teacher-forced accuracy {tf_acc:.3f}"
-
-# %% [markdown]
-# ### Greedy decoding from scratch
-#
-# `greedy_decode` keeps a cache of past keys and values so each step costs
-# one position. The definition needs none of that: run the decoder on the
-# prefix so far, take the argmax of the last position, append, repeat until
-# EOS. Both must produce the same outputs.
-
-# %%
-def greedy_from_scratch(forward, src, max_new):
-    ys = np.full((src.shape[0], 1), BOS)                            # (B, 1)
-    with mt.no_grad():
-        for _ in range(max_new):
-            next_token = forward(src, ys).numpy()[:, -1].argmax(-1)   # (B,) most probable next token
-            ys = np.concatenate([ys, next_token[:, None]], axis=1)   # (B, t) -> (B, t+1)
-    outputs = []
-    for row in ys[:, 1:].tolist():
-        outputs.append(row[:row.index(EOS)] if EOS in row else row)
-    return outputs
-
-
-# %% CHECK
-some = val[0][:40]
-assert greedy_from_scratch(library_model, some, L + 1) == greedy_decode(library_model, some, max_len_b=5), \
-    "cached greedy_decode must equal greedy decoding by recomputation"
 
 # %% [markdown]
 # ## 5. A leaky mask looks like success under teacher forcing
@@ -273,20 +269,29 @@ assert leaky_greedy <= 0.2, f"...and fail at greedy decoding, got {leaky_greedy:
 # ## Exercises
 # 1. **Predict, then run.** With the leaky model, what does greedy decoding emit at the first step,
 #    when the decoder sees only BOS? Print `greedy_from_scratch(leaky_forward, val[0][:5], 3)`.
-# 2. Write `causal_mask(T)`: bool (T, T), True where key j > query i. `check_causal_mask(fn)` tests it,
-#    including inside a model.
+#    (Answer key: `PREDICT` in `chapters/solutions/10_figure_1_masks_and_copy_task.py`.)
+# 2. **Find the bug.** A colleague's `suspect_padding_mask` (below) makes the padding test of section 3
+#    fail for the encoder, and crashes encoder-decoder attention whenever T ≠ S. Work out from its shape
+#    what it blocks instead of padding keys, then write `padding_mask_fixed(ids, pad)`.
+#    `check_padding_mask(fn)` tests its shape, its values, and that padding becomes invisible to the model.
 # 3. Write `shift_right(tgt, bos, eos, pad)`: from right-padded targets (B, n) build `(tgt_in, tgt_out)`
 #    as in `copy_batch`. `check_shift_right(fn)` tests it.
 
 # %%
-def check_causal_mask(causal_mask) -> None:
-    """Exercise 2: shape, values, and no leak when the model uses it."""
-    for T in (1, 2, 5):
-        got = np.asarray(causal_mask(T))
-        assert got.dtype == bool and got.shape == (T, T), f"causal_mask({T}) has {got.dtype} {got.shape}"
-        assert np.array_equal(got, subsequent_mask(T)[0, 0]), f"causal_mask({T}) values"
-    forward = lambda s, t: ours(s, t, tgt_mask=np.asarray(causal_mask(t.shape[1]))[None, None])  # noqa: E731
-    assert causal_leak(forward, src, tgt_in, 2) == 0.0, "the model leaks with this mask"
+def suspect_padding_mask(ids, pad):
+    """The colleague's version: the padding test fails with it. What does (B, 1, S, 1) block?"""
+    return (ids == pad)[:, None, :, None]
+
+
+def check_padding_mask(padding_mask_fixed) -> None:
+    """Exercise 2: shape (B, 1, 1, S), True at padding, and the encoder output at real positions unchanged by padding."""
+    got = np.asarray(padding_mask_fixed(padded_src, PAD))
+    assert got.shape == (3, 1, 1, padded_src.shape[1]), f"shape {got.shape}: one row per sentence, shared by queries"
+    assert np.array_equal(got[:, 0, 0], padded_src == PAD), "True exactly at the padding keys"
+    with mt.no_grad():
+        short, _ = library_model.encoder(library_model.embeddings.source(src), padding_mask_fixed(src, PAD))
+        long, _ = library_model.encoder(library_model.embeddings.source(padded_src), got)
+    mt.assert_close(long.numpy()[:, :src.shape[1]], short.numpy(), name="padding invisible to the encoder", atol=1e-5)
 
 
 def check_shift_right(shift_right) -> None:
@@ -298,23 +303,15 @@ def check_shift_right(shift_right) -> None:
 
 
 # %% CHECK the checks: a wrong answer must fail them
-def _fails(check, wrong) -> bool:
-    try:
-        check(wrong)
-    except AssertionError:
-        return True
-    return False
-
-
-assert _fails(check_causal_mask, lambda T: np.triu(np.ones((T, T), dtype=bool))), "accepted a mask that hides i itself"
-assert _fails(check_shift_right, lambda t, b, e, p: (np.pad(t, ((0, 0), (1, 0))), np.pad(t, ((0, 0), (0, 1))))), \
+assert fails(check_padding_mask, suspect_padding_mask), "check_padding_mask accepted the colleague's mask"
+assert fails(check_padding_mask, lambda ids, pad: (ids != pad)[:, None, None, :]), "accepted an inverted mask"
+assert fails(check_shift_right, lambda t, b, e, p: (np.pad(t, ((0, 0), (1, 0))), np.pad(t, ((0, 0), (0, 1))))), \
     "accepted a shift without BOS/EOS"
 
 # %%
 if CHECK_SOLUTIONS:
-    import importlib
-    solutions = importlib.import_module("solutions.08_encoder_decoder_and_masks")
-    check_causal_mask(solutions.causal_mask)
+    solutions = load_solutions("10_figure_1_masks_and_copy_task")
+    check_padding_mask(solutions.padding_mask_fixed)
     check_shift_right(solutions.shift_right)
     print("solutions OK")
-print("chapter 08 OK")
+print("chapter 10 OK")

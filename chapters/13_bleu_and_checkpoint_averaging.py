@@ -8,11 +8,11 @@
 # ---
 
 # %% [markdown]
-# # 12 · BLEU, the paper-comparable score, and checkpoint averaging
+# # 13 · BLEU, the paper-comparable score, and checkpoint averaging
 #
-# > "For the base models, we used a single model obtained by averaging the last
-# > 5 checkpoints, which were written at 10-minute intervals. For the big
-# > models, we averaged the last 20 checkpoints." (§6.1)
+# > For the base models, we used a single model obtained by averaging the last 5
+# > checkpoints, which were written at 10-minute intervals. For the big models,
+# > we averaged the last 20 checkpoints. (§6.1)
 #
 # Table 2 reports BLEU on newstest2014. Two details decide whether a number is
 # comparable with it. First, **how BLEU was computed**: the paper's scores come
@@ -22,30 +22,29 @@
 # 27.52 vs 29.02). We report sacreBLEU, with its signature, as the main number
 # and the paper-comparable score beside it (`train/evaluate.py`). Second,
 # **which weights**: the average of the last checkpoints, not the last one.
+#
+# From the library we use: `train.tasks.make_number_task`, the built-in
+# English→German task (generated from a small grammar, no download; chapter 15
+# trains on it), here only for its German sentences; `train.evaluate`, the
+# scoring the training pipeline reports; and `transformer.checkpoint`, which
+# saves and loads weights as safetensors files (chapter 16 opens the format).
 
 # %%
-import contextlib
-import sys
 from collections import Counter
-from pathlib import Path
 
+import matplotlib.pyplot as plt
 import numpy as np
 from sacrebleu.metrics import BLEU
 
 import minitensor as mt
+from _common import CHECK_SOLUTIONS, FAST, OUT, fails, load_solutions, one_cpu_thread, show
 from minitensor import optim
 from train.evaluate import corpus_scores, paper_bleu, paper_tokenize
 from train.tasks import make_number_task
-from train.threads import cpu_threads
 from transformer import LabelSmoothingLoss, Transformer, TransformerConfig
 from transformer.checkpoint import average_checkpoints, load_checkpoint, save_checkpoint
 
-FAST = "--fast" in sys.argv
-CHECK_SOLUTIONS = "--check-solutions" in sys.argv
-HERE = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
-OUT = HERE / "_out"
-THREADS = contextlib.ExitStack()       # held until the script ends
-THREADS.enter_context(cpu_threads(1))  # tiny matrices: extra BLAS/Numba threads only add overhead
+THREADS = one_cpu_thread()
 rng = np.random.default_rng(0)
 
 # %% [markdown]
@@ -174,7 +173,7 @@ def valid_loss(m):
         return LabelSmoothingLoss(0.0, PAD)(m(valid[0], valid[1]), valid[2]).loss.item()
 
 
-ckpt_dir = OUT / "12_checkpoints"                                 # files are replaced on every run
+ckpt_dir = OUT / "13_checkpoints"                                 # files are replaced on every run
 ckpt_dir.mkdir(parents=True, exist_ok=True)
 n_steps, every = (250, 10) if FAST else (1000, 25)
 paths = []
@@ -197,6 +196,13 @@ for state in states:
 model.load_state_dict(averaged)
 avg_loss = valid_loss(model)
 print("held-out loss of the last 5 checkpoints:", [f"{x:.4f}" for x in losses], f"-> averaged {avg_loss:.4f}")
+fig, ax = plt.subplots(figsize=(5, 3))
+ax.bar([f"step {int(p.stem[5:])}" for p in last5] + ["average"], losses + [avg_loss],
+       color=["tab:blue"] * len(losses) + ["tab:orange"])
+ax.set_ylim(min(losses + [avg_loss]) * 0.9, max(losses) * 1.05)
+ax.set_ylabel("held-out loss")
+ax.tick_params(axis="x", rotation=30)
+show(fig, "13_checkpoint_averaging")
 
 # %% CHECK
 for name in by_hand:
@@ -212,6 +218,7 @@ assert avg_loss < np.mean(losses), f"the average should beat the typical checkpo
 # ## Exercises
 # 1. **Predict, then run.** A hypothesis equal to its 10-word reference except that the last word is missing:
 #    what is its BLEU? (Which n-gram precisions change, and what does the brevity penalty do?)
+#    (Answer key: `PREDICT` in `chapters/solutions/13_bleu_and_checkpoint_averaging.py`.)
 # 2. Write `bleu_stats(hyp_tokens, ref_tokens, max_n)` returning `(matches, totals)` lists of clipped n-gram
 #    matches and hypothesis n-gram counts. `check_bleu_stats(fn)` sums them over a corpus and compares with sacreBLEU.
 # 3. Write `average_state_dicts(states)`: the element-wise mean of a list of {name: array} dicts, computed in
@@ -240,14 +247,6 @@ def check_average(average_state_dicts) -> None:
 
 
 # %% CHECK the checks: a wrong answer must fail them
-def _fails(check, wrong) -> bool:
-    try:
-        check(wrong)
-    except AssertionError:
-        return True
-    return False
-
-
 def _unclipped(h, rf, max_n):
     out_m, out_t = [], []
     for n in range(1, max_n + 1):
@@ -257,14 +256,13 @@ def _unclipped(h, rf, max_n):
     return out_m, out_t
 
 
-assert _fails(check_bleu_stats, _unclipped), "check_bleu_stats accepted unclipped counts"
-assert _fails(check_average, lambda sts: dict(sts[-1])), "check_average accepted the last checkpoint"
+assert fails(check_bleu_stats, _unclipped), "check_bleu_stats accepted unclipped counts"
+assert fails(check_average, lambda sts: dict(sts[-1])), "check_average accepted the last checkpoint"
 
 # %%
 if CHECK_SOLUTIONS:
-    import importlib
-    solutions = importlib.import_module("solutions.12_bleu_and_checkpoint_averaging")
+    solutions = load_solutions("13_bleu_and_checkpoint_averaging")
     check_bleu_stats(solutions.bleu_stats)
     check_average(solutions.average_state_dicts)
     print("solutions OK")
-print("chapter 12 OK")
+print("chapter 13 OK")

@@ -1,4 +1,4 @@
-"""Solutions to chapter 12's exercises (checked by `check_bleu_stats`, `check_average`)."""
+"""Solutions to chapter 13's exercises (checked by `check_bleu_stats`, `check_average`)."""
 from collections import Counter
 
 import numpy as np
@@ -19,3 +19,9 @@ def average_state_dicts(states):
     """§6.1 checkpoint averaging: element-wise mean per name, summed in float64, cast back to each dtype."""
     return {name: (sum(s[name].astype(np.float64) for s in states) / len(states)).astype(states[0][name].dtype)
             for name in states[0]}
+
+
+PREDICT = """Exercise 1. Hypothesis = the first 9 words of the 10-word reference. Every n-gram of the hypothesis
+occurs in the reference, so p_1 = p_2 = p_3 = p_4 = 1; only the brevity penalty bites: BP = exp(1 − r/c) =
+exp(1 − 10/9) = exp(−1/9) ≈ 0.895, so BLEU ≈ 89.5. (Dropping a word in the middle would instead break n-grams
+and lower p_2..p_4 too.)"""

@@ -1,0 +1,171 @@
+"""Half-precision matrix products through cuBLAS: bf16 or fp16 operands, float32 accumulation.
+
+Why not cupy.matmul: for more than two dimensions it copies float16 operands to float32, runs
+a float32 GEMM without tensor cores and casts the result back (cupy/_core/_routines_linalg.pyx,
+`matmul`), and it knows no bfloat16. Here each product is one cublasGemmEx (one matrix) or
+cublasGemmStridedBatchedEx call (a batch), with CUDA_R_16BF or CUDA_R_16F operands and
+CUBLAS_COMPUTE_32F; an operand that is a transposed view (swapaxes of the last two axes) is
+passed with a transpose flag, not copied.
+
+cuBLAS is column-major. A row-major (R, C) matrix whose rows are ld elements apart is, read
+column-major, the (C, R) matrix Xᵀ with leading dimension ld. So C = A B (row-major) runs as
+Cᵀ = Bᵀ Aᵀ (column-major): cuBLAS's first operand is b, its second is a, with m = N, n = M,
+k = K, and ldc = N for a contiguous (M, N) result. An operand stored column-major (a transposed
+view) is already its own transpose to cuBLAS and goes in with CUBLAS_OP_T.
+
+`matmul` only plans: the layouts, the flags, the strides. The call goes to a `gemm` function:
+`cublas_gemm` on the GPU, or `numpy_gemm`, which does the same call on NumPy arrays (the
+counting backend's products, and the tests that check every plan against np.matmul).
+Shapes: a (..., M, K), b (..., K, N) or (K, N) shared by every batch entry; c (..., M, N).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..dtypes import BF16
+from ..kernels.bf16_cast.reference import bf16_to_float32, float_to_bf16
+
+OP_N, OP_T = 0, 1                           # cublasOperation_t
+CUDA_TYPES = {np.dtype(np.float16): 2, BF16: 14, np.dtype(np.float32): 0}   # cudaDataType_t (library_types.h)
+COMPUTE_32F = 68                            # cublasComputeType_t CUBLAS_COMPUTE_32F
+GEMM_DEFAULT = -1                           # cublasGemmAlgo_t: cuBLAS picks (tensor cores for 16-bit types)
+OPERAND_DTYPES = (np.dtype(np.float16), BF16)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How cuBLAS reads one operand: transposed (stored column-major), leading dim, batch stride (elements)."""
+
+    transposed: bool
+    ld: int
+    batch_stride: int
+
+
+def matrix_layout(shape, strides, itemsize):
+    """(transposed, ld) for a 2-d (R, C) array with these byte strides, or None if cuBLAS cannot read it."""
+    R, C = shape
+    if any(s % itemsize or s < 0 for s in strides):
+        return None
+    s_r, s_c = (s // itemsize for s in strides)
+    ld = s_r if R > 1 else max(C, 1)                          # row-major: element (i, j) at i*ld + j
+    if (C == 1 or s_c == 1) and ld >= max(C, 1):
+        return False, ld
+    ld = s_c if C > 1 else max(R, 1)                          # column-major: element (i, j) at i + j*ld
+    if (R == 1 or s_r == 1) and ld >= max(R, 1):
+        return True, ld
+    return None
+
+
+def batch_stride(shape, strides, itemsize):
+    """The one stride (elements) that walks the leading axes in C order, or None if there is none."""
+    dims = [(n, s) for n, s in zip(shape, strides) if n > 1]
+    if not dims:
+        return 0
+    for (_, outer), (n, inner) in zip(dims, dims[1:]):
+        if outer != inner * n:
+            return None
+    step = dims[-1][1]
+    return step // itemsize if step % itemsize == 0 and step >= 0 else None
+
+
+def layout(a, batch):
+    """The Layout of a (..., R, C) read as a batch of `batch` entries (2-d a: shared, stride 0), or None."""
+    matrix = matrix_layout(a.shape[-2:], a.strides[-2:], a.itemsize)
+    if matrix is None:
+        return None
+    stride = 0 if a.ndim == 2 else batch_stride(a.shape[:-2], a.strides[:-2], a.itemsize)
+    if stride is None or (a.ndim > 2 and int(np.prod(a.shape[:-2])) not in (1, batch)):
+        return None
+    return Layout(matrix[0], matrix[1], stride)
+
+
+def matmul(a, b, out_dtype=None, bias=None, *, xp, gemm):
+    """c = a @ b (+ bias (N,) added before the one rounding), in out_dtype (default a's dtype).
+
+    a, b: fp16 or bf16 (uint16 bits), one dtype; out_dtype: theirs or float32. Operands whose
+    layout cuBLAS cannot read (and batch axes that broadcast) are copied to contiguous first.
+    """
+    if a.dtype != b.dtype or a.dtype not in OPERAND_DTYPES or a.ndim < 2 or b.ndim < 2:
+        raise TypeError(f"cupy_blas.matmul: fp16 or bf16 matrices of one dtype, got {a.dtype} {a.shape}, "
+                        f"{b.dtype} {b.shape}")
+    out_dtype = np.dtype(out_dtype or a.dtype)
+    (M, K), (K2, N) = a.shape[-2:], b.shape[-2:]
+    if K != K2:
+        raise ValueError(f"cupy_blas.matmul: shapes {a.shape} and {b.shape} are not aligned")
+    batch_shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    batch = int(np.prod(batch_shape))
+    c = xp.empty(batch_shape + (M, N), dtype=out_dtype)
+    if bias is not None:
+        c[...] = bias                                          # C starts as the bias; GEMM adds A B (beta = 1)
+    if c.size == 0 or K == 0:
+        if bias is None and c.size:
+            c[...] = 0
+        return c
+    operands = []
+    for x in (a, b):
+        if x.ndim > 2 and x.shape[:-2] != batch_shape:         # broadcast batch axes: materialise
+            x = xp.ascontiguousarray(xp.broadcast_to(x, batch_shape + x.shape[-2:]))
+        plan = layout(x, batch)
+        if plan is None:                                       # a layout cuBLAS cannot read: copy it
+            x = xp.ascontiguousarray(x)
+            plan = layout(x, batch)
+        operands.append((x, plan))
+    (a, la), (b, lb) = operands
+    # column-major Cᵀ (N, M) = Bᵀ (N, K) · Aᵀ (K, M): b first, then a
+    gemm(OP_T if lb.transposed else OP_N, OP_T if la.transposed else OP_N, N, M, K,
+         b, lb.ld, lb.batch_stride, a, la.ld, la.batch_stride,
+         1.0 if bias is not None else 0.0, c, N, M * N, batch)
+    return c
+
+
+def cublas_gemm(op_a, op_b, m, n, k, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c, batch):
+    """One cuBLAS call on CuPy arrays (the matrices start at each array's first element); alpha = 1."""
+    from cupy.cuda import device
+    from cupy_backends.cuda.libs import cublas
+
+    one, beta_ = np.array(1.0, np.float32), np.array(beta, np.float32)   # host scalars, COMPUTE_32F
+    handle = device.get_cublas_handle()
+    a_type, c_type = CUDA_TYPES[A.dtype], CUDA_TYPES[C.dtype]
+    if batch == 1:
+        cublas.gemmEx(handle, op_a, op_b, m, n, k, one.ctypes.data, A.data.ptr, a_type, lda,
+                      B.data.ptr, a_type, ldb, beta_.ctypes.data, C.data.ptr, c_type, ldc,
+                      COMPUTE_32F, GEMM_DEFAULT)
+    else:
+        cublas.gemmStridedBatchedEx(handle, op_a, op_b, m, n, k, one.ctypes.data, A.data.ptr, a_type, lda,
+                                    stride_a, B.data.ptr, a_type, ldb, stride_b, beta_.ctypes.data,
+                                    C.data.ptr, c_type, ldc, stride_c, batch, COMPUTE_32F, GEMM_DEFAULT)
+
+
+def _column_major(X, rows, cols, ld, stride, batch, writeable=False):
+    """The (batch, rows, cols) column-major matrices cuBLAS sees at X's first element, bounds-checked."""
+    item = X.itemsize
+    root = X
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    offset = X.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+    available = (root.nbytes - offset) // item
+    last = (batch - 1) * stride + (cols - 1) * ld + (rows - 1)
+    if offset < 0 or last >= available or ld < max(rows, 1):
+        raise ValueError(f"cuBLAS would read outside the array: {batch}x({rows}, {cols}) ld {ld} "
+                         f"stride {stride} needs element {last}, the buffer has {available}")
+    return np.lib.stride_tricks.as_strided(X.view(np.ndarray), (batch, rows, cols), (stride * item, item, ld * item),
+                                           writeable=writeable)
+
+
+def _values(X):
+    return bf16_to_float32(X).astype(np.float64) if X.dtype == BF16 else X.astype(np.float64)
+
+
+def numpy_gemm(op_a, op_b, m, n, k, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c, batch):
+    """What cublas_gemm computes, on NumPy arrays: C = op(A) op(B) + beta C, column-major, in float64."""
+    a_rows, a_cols = (m, k) if op_a == OP_N else (k, m)
+    b_rows, b_cols = (k, n) if op_b == OP_N else (n, k)
+    a = _values(_column_major(A, a_rows, a_cols, lda, stride_a, batch))
+    b = _values(_column_major(B, b_rows, b_cols, ldb, stride_b, batch))
+    a = a if op_a == OP_N else a.transpose(0, 2, 1)           # (batch, m, k)
+    b = b if op_b == OP_N else b.transpose(0, 2, 1)           # (batch, k, n)
+    out = _column_major(C, m, n, ldc, stride_c, batch, writeable=True)
+    result = a @ b + (beta * _values(out) if beta else 0.0)
+    out[...] = float_to_bf16(result) if C.dtype == BF16 else result.astype(C.dtype)
