@@ -15,6 +15,8 @@
     python -m train doctor                                         versions, devices, backends
     python -m train ablate --grid table3 --config configs/X.toml [--rows A,D] [--steps N] [--list]
                                                                    Table 3's variations, ours beside the paper
+    python -m train evalb GOLD TEST [--prm COLLINS.prm]            EVALB bracket scores (§6.3)
+    python -m train parse-eval --ckpt CKPT --gold GOLD             parse, EVALB, right-branching baseline
 
 Problems with your input (files, configs, checkpoints) print one line,
 `error: <file>:<line>: what is wrong`, and exit with status 2; `--debug`
@@ -40,11 +42,12 @@ def _add_debug(parser: argparse.ArgumentParser, default=argparse.SUPPRESS) -> No
                         help="show full tracebacks instead of one-line errors")
 
 
-def _add_decoding(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--beam", type=int, default=4, help="beam size; 1 = greedy (default 4, §6.1)")
-    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty α (default 0.6, §6.1)")
-    parser.add_argument("--max-len-b", type=int, default=50,
-                        help="longest output = source length + this (default 50, §6.1)")
+def _add_decoding(parser: argparse.ArgumentParser, beam: int = 4, alpha: float = 0.6, max_len_b: int = 50,
+                  section: str = "§6.1") -> None:
+    parser.add_argument("--beam", type=int, default=beam, help=f"beam size; 1 = greedy (default {beam}, {section})")
+    parser.add_argument("--alpha", type=float, default=alpha, help=f"length penalty α (default {alpha}, {section})")
+    parser.add_argument("--max-len-b", type=int, default=max_len_b,
+                        help=f"longest output = source length + this (default {max_len_b}, {section})")
     parser.add_argument("--max-tokens", type=int, default=4096, help="source tokens per decoding batch")
     parser.add_argument("--tokenizer", type=Path, default=None,
                         help="tokenizer.model (default: the one in the checkpoint's run directory)")
@@ -138,6 +141,26 @@ def build_parser() -> argparse.ArgumentParser:
                                                                      "(default RUN_DIR/tensorboard)")
     _add_debug(tensorboard)
 
+    evalb = commands.add_parser("evalb", help="score trees against gold trees exactly as EVALB does (§6.3)")
+    evalb.add_argument("gold", type=Path, metavar="GOLD", help="gold trees, one a line")
+    evalb.add_argument("test", type=Path, metavar="TEST", help="trees to score, one a line, line by line with GOLD")
+    evalb.add_argument("--prm", type=Path, default=None,
+                       help="EVALB parameter file, e.g. COLLINS.prm (default: COLLINS.prm's settings)")
+    _add_debug(evalb)
+
+    parse_eval = commands.add_parser("parse-eval", help="parse gold trees' sentences (§6.3) and score them "
+                                                        "with EVALB beside a right-branching baseline")
+    parse_eval.add_argument("--ckpt", type=Path, required=True, help="a parsing checkpoint (.safetensors)")
+    parse_eval.add_argument("--gold", type=Path, required=True,
+                            help="gold trees: a .mrg file, one tree a line, or a ptb run directory (the test split it "
+                                 "was prepared with)")
+    parse_eval.add_argument("--prm", type=Path, default=None,
+                            help="EVALB parameter file (default: COLLINS.prm's settings)")
+    parse_eval.add_argument("--out", type=Path, default=None,
+                            help="also write the parsed trees here, one a line (for `python -m train evalb`)")
+    _add_decoding(parse_eval, beam=21, alpha=0.3, max_len_b=300, section="§6.3")
+    _add_debug(parse_eval)
+
     doctor = commands.add_parser("doctor", help="versions, devices, and which backends work here")
     _add_debug(doctor)
 
@@ -226,7 +249,7 @@ def _dispatch(args) -> int:
             run_dir=getattr(args, "run_dir", Path("runs/demo")), overrides=getattr(args, "set", []),
             force=getattr(args, "force", False), progress=not getattr(args, "no_progress", False),
             config_path=DEMO_CONFIG)
-    return getattr(commands, args.command.replace("-", "_"))(args)  # fit, prepare, translate, ..., ablate, scale
+    return getattr(commands, args.command.replace("-", "_"))(args)  # fit, prepare, ..., ablate, parse-eval -> parse_eval
 
 
 if __name__ == "__main__":

@@ -282,6 +282,54 @@ def _is_positive_number(text: str) -> bool:
         return False
 
 
+def evalb(args) -> int:
+    """EVALB's report for TEST against GOLD; its per-sentence errors go to stderr as evalb prints them."""
+    from train.evalb import COLLINS, EvalbParams, evaluate, read_lines
+
+    params = EvalbParams.read(args.prm) if args.prm else COLLINS
+    report = evaluate(read_lines(args.gold), read_lines(args.test), params, where=(str(args.gold), str(args.test)))
+    for message in report.messages:
+        print(message, file=sys.stderr)
+    sys.stdout.write(report.format())
+    return 0
+
+
+def parse_eval(args) -> int:
+    """Parse the gold trees' sentences (§6.3), score with EVALB, and print the right-branching baseline beside."""
+    from train import parse_eval as parsing
+    from train.evalb import COLLINS, EvalbParams
+    from train.translate import translate_lines
+
+    _check_decoding(args)
+    params = EvalbParams.read(args.prm) if args.prm else COLLINS
+    if args.out is not None and args.out.exists():
+        raise InputError(f"{args.out}: exists; choose another --out (nothing is overwritten)")
+    gold_path = args.gold
+    if gold_path.is_dir():  # a ptb run: the gold trees of the test split it was prepared with
+        test_trees = _recorded_file(gold_path, "test_tgt")
+        if test_trees is None:
+            raise InputError(f"{gold_path}: not a ptb run directory (no test split in its prepared.json)")
+        gold_path = test_trees.with_suffix(".gold")
+    gold = parsing.read_gold(gold_path)
+    model, tokenizer = _load(args)
+    start = time.perf_counter()
+    with cpu_threads(args.threads), _progress(len(gold), "parsing") as bar:
+        outputs = translate_lines(model, tokenizer, [" ".join(tree.words()) for tree in gold], beam=args.beam,
+                                  alpha=args.alpha, max_len_b=args.max_len_b, max_tokens=args.max_tokens,
+                                  where=str(gold_path), on_batch=bar.update)
+    parses, repaired = parsing.parses_from_outputs(outputs, gold)
+    print(f"parsed {len(parses)} sentences of {gold_path} in {time.perf_counter() - start:.0f} s (beam {args.beam}, "
+          f"α {args.alpha}, at most input + {args.max_len_b} tokens); {repaired} outputs needed repair")
+    if args.out is not None:
+        write_atomic(args.out, "".join(f"{tree}\n" for tree in parses).encode("utf-8"))
+    reports = {"model": parsing.score(gold, parses, params),
+               "right-branching": parsing.score(gold, parsing.baseline(gold), params)}
+    print(f"EVALB ({args.prm.name if args.prm else 'COLLINS.prm settings'}) on the same {len(gold)} gold trees, "
+          f"gold POS tags on both systems' words (train/parse_eval.py says why)")
+    print(parsing.compare(reports))
+    return 0
+
+
 def doctor(args) -> int:
     """Versions, devices, and which backends work here (train/doctor.py)."""
     from train.doctor import report
@@ -298,4 +346,4 @@ def ablate(args) -> int:
 
 
 __all__ = ["fit", "prepare", "translate", "evaluate", "average", "export_tensorboard", "plot", "demo", "bench",
-           "doctor", "ablate", "scale"]
+           "doctor", "ablate", "scale", "evalb", "parse_eval"]

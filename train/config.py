@@ -27,7 +27,7 @@ from pathlib import Path
 from train.errors import InputError
 from transformer.config import TransformerConfig
 
-TASK_KINDS = ("builtin", "files", "multi30k")
+TASK_KINDS = ("builtin", "files", "multi30k", "ptb")
 PRECISIONS = ("fp32", "bf16", "fp16")
 BACKENDS = ("numpy", "numba", "cupy", "cpu", "cuda")
 
@@ -41,6 +41,8 @@ class TaskConfig:
       A path starting with `shared:` is under the project's `../shared/data`,
       e.g. `shared:wmt_newstest/newstest2013.en` (the paper's dev set, §6.2).
     kind = "multi30k": Multi30k task 1 En-De from `../shared/data/multi30k`.
+    kind = "ptb": §6.3 parsing, words -> linearised tree, from Penn Treebank `.mrg` files in
+      `treebank` (a .zip or a folder), split by file number (train/ptb.py).
     """
 
     kind: str = "builtin"
@@ -55,6 +57,10 @@ class TaskConfig:
     test_src: str = ""
     test_tgt: str = ""
     max_len: int = 128  # training pairs with more subword tokens on a side are dropped
+    treebank: str = "shared:ptb_sample/treebank.zip"  # ptb: the WSJ sample; the full WSJ is yours
+    treebank_train: str = "0001-0179"  # ptb: file numbers; full WSJ sections 02-21 = 0200-2199
+    treebank_valid: str = "0180-0189"  # full WSJ section 22 = 2200-2299
+    treebank_test: str = "0190-0199"  # full WSJ section 23 = 2300-2399
 
     def __post_init__(self):
         _choice("task.kind", self.kind, TASK_KINDS)
@@ -66,11 +72,11 @@ class TokenizerConfig:
     """§5.1: one BPE vocabulary shared by source and target (37000 for En-De)."""
 
     vocab_size: int = 37_000
-    model_type: str = "bpe"  # or "unigram" (word-piece-like, the En-Fr setting)
+    model_type: str = "bpe"  # or "unigram" (word-piece-like, the En-Fr setting), "word" (whole words: parsing)
     sample_size: int = 2_000_000  # sentences sampled to train it
 
     def __post_init__(self):
-        _choice("tokenizer.model_type", self.model_type, ("bpe", "unigram"))
+        _choice("tokenizer.model_type", self.model_type, ("bpe", "unigram", "word"))
         _positive("tokenizer.vocab_size", self.vocab_size)
 
 

@@ -7,6 +7,7 @@ Layout of `data_dir` (by default `prepared/` beside the run directories, e.g. ru
     file_hashes.json    sha256 and line count of each input file, remembered with its size and
                         mtime so an unchanged file is not read again (a cache, never trusted more)
     builtin-<hash>/     the built-in task's text (train/tasks.py), named by a hash of its content
+    ptb-<hash>/         the ptb task's words, linearised and gold trees (train/ptb.py), the same way
     <key>/              one prepared corpus:
         tokenizer.model, tokenizer.vocab    the shared BPE vocabulary (§5.1)
         {src,tgt}_{ids,offsets}.npy, meta.json     the token ids (train/corpus.py)
@@ -34,7 +35,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from train import tasks
+from train import ptb, tasks
 from train.config import RunConfig, TaskConfig
 from train.corpus import TokenizedCorpus, default_workers
 from train.data import count_lines, multi30k_paths, shared_data_dir, write_atomic
@@ -71,8 +72,18 @@ def _shared_path(value: str, key: str) -> Path:
 def resolve_paths(task: TaskConfig, data_dir: Path) -> dict[str, tuple[Path, Path] | None]:
     """{"train": (src, tgt), "valid": (src, tgt), "test": (src, tgt) or None} for the task."""
     if task.kind == "builtin":
-        folder = _builtin_task(task, Path(data_dir))
+        splits = tasks.make_number_task(seed=task.seed, n_train=task.n_train, n_valid=task.n_valid,
+                                        n_test=task.n_test)
+        texts = {f"{split}.{lang}": "".join(pair[side] + "\n" for pair in pairs).encode("utf-8")
+                 for split, pairs in splits.items() for side, lang in enumerate(("en", "de"))}
+        folder = _generated_task("builtin", texts, Path(data_dir))
         return {split: (folder / f"{split}.en", folder / f"{split}.de") for split in tasks.SPLITS}
+    if task.kind == "ptb":  # §6.3 parsing: treebank files -> (words, linearised tree, gold tree) files
+        ranges = {split: getattr(task, f"treebank_{split}") for split in ptb.SPLITS}
+        treebank = _shared_path(task.treebank, "treebank") if task.treebank.startswith("shared:") \
+            else Path(task.treebank).expanduser()
+        folder = _generated_task("ptb", ptb.split_files(treebank, ranges), Path(data_dir))
+        return {split: (folder / f"{split}.words", folder / f"{split}.tree") for split in ptb.SPLITS}
     if task.kind == "multi30k":
         return {"train": multi30k_paths("train"), "valid": multi30k_paths("val"),
                 "test": multi30k_paths("test")}
@@ -92,19 +103,18 @@ def resolve_paths(task: TaskConfig, data_dir: Path) -> dict[str, tuple[Path, Pat
     return paths
 
 
-def _builtin_task(task: TaskConfig, data_dir: Path) -> Path:
-    """The built-in task's six text files, generated (deterministic, about a second) and stored by content."""
-    tmp = _tmp_folder(data_dir, "builtin")
+def _generated_task(name: str, texts: dict[str, bytes], data_dir: Path) -> Path:
+    """`data_dir/<name>-<hash of texts>/` holding the files `texts` (file name -> bytes), written once."""
+    digest = hashlib.sha256()
+    for file_name, data in sorted(texts.items()):
+        digest.update(file_name.encode() + b"\0" + hashlib.sha256(data).digest())
+    folder = data_dir / f"{name}-{digest.hexdigest()[:16]}"
+    if folder.is_dir():
+        return folder
+    tmp = _tmp_folder(data_dir, name)
     try:
-        splits = tasks.make_number_task(seed=task.seed, n_train=task.n_train, n_valid=task.n_valid,
-                                        n_test=task.n_test)
-        digest = hashlib.sha256()
-        for split, pairs in splits.items():
-            for side, lang in enumerate(("en", "de")):
-                data = "".join(pair[side] + "\n" for pair in pairs).encode("utf-8")
-                (tmp / f"{split}.{lang}").write_bytes(data)
-                digest.update(f"{split}.{lang}".encode() + b"\0" + hashlib.sha256(data).digest())
-        folder = data_dir / f"builtin-{digest.hexdigest()[:16]}"
+        for file_name, data in texts.items():
+            (tmp / file_name).write_bytes(data)
         if not folder.is_dir():
             _publish(tmp, folder)
     finally:

@@ -142,8 +142,8 @@ class Tokenizer:
         `clamped_from` keeps the requested size. `progress` shows bars (reading the
         sample, then the merges or pruning) on stderr.
         """
-        if model_type not in ("bpe", "unigram"):
-            raise InputError(f"tokenizer model_type must be 'bpe' or 'unigram', got {model_type!r}")
+        if model_type not in ("bpe", "unigram", "word"):
+            raise InputError(f"tokenizer model_type must be 'bpe', 'unigram' or 'word', got {model_type!r}")
         if vocab_size < 8:
             raise InputError(f"vocab_size must be at least 8 (4 special ids), got {vocab_size}")
         prefix = Path(model_prefix)

@@ -16,7 +16,7 @@ from transformer.checkpoint import save_model
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMANDS = ["demo", "prepare", "fit", "translate", "evaluate", "average", "plot", "export-tensorboard", "doctor",
-            "bench", "ablate", "scale"]
+            "bench", "ablate", "scale", "evalb", "parse-eval"]
 
 
 def run_cli(*args: str, stdin: bytes = b"", cwd: Path = ROOT) -> subprocess.CompletedProcess:
