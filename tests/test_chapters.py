@@ -43,6 +43,10 @@ INTRODUCED = {
     "BOS_ID": 15, "EOS_ID": 15, "PAD_ID": 15, "make_batches": 15, "pad_batch": 15, "padding_efficiency": 15,
     "checkpointing": 16, "TrainState": 16, "RunConfig": 16, "train_step": 16, "clip_grad_norm": 16,
     "CheckpointError": 16,
+    "config": 21, "prepare_data": 21, "prepared_key": 21, "PREPARED_FORMAT": 21, "TOKENIZER_SAMPLE_SEED": 21,
+    "scale": 21, "train_flops": 21, "shared_data_dir": 21, "split_compounds": 21,
+    "trees": 22, "ptb": 22, "evalb": 22, "parse_eval": 22, "fit": 22, "translate_lines": 22,
+    "ablate": 23, "ablate_grid": 23, "ablate_report": 23,
 }
 LIBRARY_PACKAGES = ("minitensor", "transformer", "train")
 
