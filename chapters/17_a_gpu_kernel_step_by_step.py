@@ -72,7 +72,7 @@ def cuda_source(name, path=CUDA_C):
 # A GPU runs a kernel as a **grid** of **blocks** of threads; `cuda.grid(2)` is
 # this thread's (x, y) position in the whole grid. Give each thread one output
 # C[row, col] and let it loop over k: the kernel is the definition of the product.
-# x runs along the columns, so the 32 threads of a warp read 32 neighbouring
+# x runs along the columns, so threads next to each other in x read neighbouring
 # elements of a B row (one wide, *coalesced* access) and the same A element.
 #
 # `loads[row, col]` counts the global-memory loads this thread issues: an output

@@ -324,9 +324,9 @@ assert chain_bytes == 4 * (7 * N + 3 * R) + 4 * (4 * N + 2 * R) + 1 * N, \
 #
 # Per row, the softmax chain moves about 11.25 d floats' worth (11 reads and
 # writes of d floats, one write of d booleans) where the fused kernel moves 2 d:
-# a factor of 5.6, for every d. The library's numba.cuda kernel reads the row three
-# times (4 d); cuda.cu v3 and the online kernel above with the row kept in
-# registers reach the 2 d floor. LayerNorm's chain is worse, about 13 d against
+# a factor of 5.6, for every d. The library's numba.cuda kernel reads the row
+# three times (4 d), the online kernel above twice (3 d); cuda.cu v3, which holds
+# the row in registers, reaches the 2 d floor. LayerNorm's chain is worse, about 13 d against
 # 2 d. A row op's time on a GPU is its bytes divided by the bandwidth, so
 # fusing is worth these factors directly.
 
@@ -371,9 +371,9 @@ assert all(c > 6 * f for c, f in zip(per_row["LayerNorm chain"], fused["layernor
 # loads (`float4` in CUDA C, or 8 halves) each lane brings 16 bytes and a warp
 # 512, so a quarter of the instructions (an eighth for fp16) for the same
 # sectors. Bytes are the same; what changes is how many requests the SM must
-# issue and keep in flight. Memory is far away (on the order of a microsecond):
-# to keep 3.35 TB/s busy, an H100 needs a few MB in flight across its 132 SMs,
-# tens of KB per SM, and each load instruction in flight is one slot of that.
+# issue and keep in flight. Memory is far away (hundreds of nanoseconds): to
+# keep 3.35 TB/s busy, an H100 needs about 2 MB in flight across its 132 SMs,
+# some 15 KB per SM, and each load instruction in flight is one slot of that.
 # Walking a **column** instead (lane l at row l) touches 32 sectors for 128
 # useful bytes: 8 times the bytes. We count sectors per warp instruction.
 
