@@ -1,4 +1,4 @@
-"""The classic bugs of issue 16, planted one at a time: each must make a chapter fail in --fast mode, saying why.
+"""The classic bugs of issues 16 and 19, planted one at a time: each must make a chapter fail in --fast mode, saying why.
 
 A planted bug is a one-line edit of the real code, made in a copy: the chapters (and, for a
 library bug, the library package) are copied to a temporary folder, the exact line is replaced
@@ -44,6 +44,23 @@ PLANTED = [
      "return self.cross_attn(y, memory, src_mask)",
      "return self.cross_attn(y, memory * 0.0, src_mask)",
      "15", (), "after 160 steps (expected > 30.0)"),
+    ("a tiled matmul that loads the wrong column of the A tile (chapter 17)", "chapters/17_a_gpu_kernel_step_by_step.py",
+     "a_tile[ty, tx] = a[row, k0 + tx]",
+     "a_tile[ty, tx] = a[row, k0 + ty]",
+     "17", (), "tiled kernel (T = 8) vs NumPy"),
+    ("a tiled matmul that loads each tile twice (chapter 17's load count)", "chapters/17_a_gpu_kernel_step_by_step.py",
+     "            loads[row, col] += 2\n            cuda.syncthreads()",
+     "            loads[row, col] += 2\n            b_tile[ty, tx] = b[k0 + ty, col]\n            loads[row, col] += 1\n"
+     "            cuda.syncthreads()",
+     "17", (), "tiled: each output costs 2K/T"),
+    ("an A fragment with its upper rows in the wrong registers (chapter 17)", "chapters/17_a_gpu_kernel_step_by_step.py",
+     "return group + 8 * ((i >> 1) & 1), 2 * tig + (i & 1) + 8 * (i >> 2)",
+     "return group + 8 * (i >> 2), 2 * tig + (i & 1) + 8 * (i >> 2)",
+     "17", (), "the A fragments must cover the tile exactly once"),
+    ("an online softmax that forgets to rescale the running sum (chapter 18)", "chapters/18_fused_row_kernels.py",
+     "return m, d1 * math.exp(m1 - m) + d2 * math.exp(m2 - m)",
+     "return m, d1 + d2 * math.exp(m2 - m)",
+     "18", (), "online stats, one pass"),
 ]
 
 
