@@ -1,4 +1,4 @@
-"""The classic bugs of issue 16, planted one at a time: each must make a chapter fail in --fast mode, saying why.
+"""Classic bugs (issues 16 and 19), planted one at a time: each must make a chapter fail in --fast mode, saying why.
 
 A planted bug is a one-line edit of the real code, made in a copy: the chapters (and, for a
 library bug, the library package) are copied to a temporary folder, the exact line is replaced
@@ -44,6 +44,18 @@ PLANTED = [
      "return self.cross_attn(y, memory, src_mask)",
      "return self.cross_attn(y, memory * 0.0, src_mask)",
      "15", (), "after 160 steps (expected > 30.0)"),
+    ("bf16 rounding that breaks ties upwards instead of to even", "minitensor/kernels/bf16_cast/reference.py",
+     "rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16",
+     "rounded = (u + 0x8000) >> 16",
+     "19", (), "float_to_bf16 must round to nearest even"),
+    ("a loss scaler that does not back off after an overflow", "train/loss_scaler.py",
+     "self.scale = max(self.scale / 2.0, self.min_scale)",
+     "self.scale = max(self.scale, self.min_scale)",
+     "19", (), "an overflow skips the step and halves s"),
+    ("micro-batch losses averaged, not weighted by their share of the tokens", "train/step.py",
+     "weighted = out.loss * (out.n_tokens / max(n_target, 1))",
+     "weighted = out.loss * (1.0 / len(real))",
+     "20", (), "accumulation = one batch"),
 ]
 
 

@@ -43,6 +43,8 @@ INTRODUCED = {
     "BOS_ID": 15, "EOS_ID": 15, "PAD_ID": 15, "make_batches": 15, "pad_batch": 15, "padding_efficiency": 15,
     "checkpointing": 16, "TrainState": 16, "RunConfig": 16, "train_step": 16, "clip_grad_norm": 16,
     "CheckpointError": 16,
+    "BF16": 19, "bf16_to_float32": 19, "float_to_bf16": 19, "DynamicLossScaler": 19,
+    "scale": 20, "shard": 20, "mpiexec_path": 20,
 }
 LIBRARY_PACKAGES = ("minitensor", "transformer", "train")
 
