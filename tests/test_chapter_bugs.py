@@ -61,6 +61,18 @@ PLANTED = [
      "return m, d1 * math.exp(m1 - m) + d2 * math.exp(m2 - m)",
      "return m, d1 + d2 * math.exp(m2 - m)",
      "18", (), "online stats, one pass"),
+    ("bf16 rounding that breaks ties upwards instead of to even", "minitensor/kernels/bf16_cast/reference.py",
+     "rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16",
+     "rounded = (u + 0x8000) >> 16",
+     "19", (), "float_to_bf16 must round to nearest even"),
+    ("a loss scaler that does not back off after an overflow", "train/loss_scaler.py",
+     "self.scale = max(self.scale / 2.0, self.min_scale)",
+     "self.scale = max(self.scale, self.min_scale)",
+     "19", (), "an overflow skips the step and halves s"),
+    ("micro-batch losses averaged, not weighted by their share of the tokens", "train/step.py",
+     "weighted = out.loss * (out.n_tokens / max(n_target, 1))",
+     "weighted = out.loss * (1.0 / len(real))",
+     "20", (), "accumulation = one batch"),
 ]
 
 

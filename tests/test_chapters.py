@@ -46,6 +46,8 @@ INTRODUCED = {
     "matmul_forward_ref": 17, "cupy_launch": 17,
     "CountingBackend": 18, "softmax_composed": 18, "layer_norm_composed": 18, "softmax_forward_ref": 18,
     "layernorm_forward_ref": 18, "numba_cuda": 18,
+    "BF16": 19, "bf16_to_float32": 19, "float_to_bf16": 19, "DynamicLossScaler": 19,
+    "scale": 20, "shard": 20, "mpiexec_path": 20,
 }
 LIBRARY_PACKAGES = ("minitensor", "transformer", "train")
 
