@@ -13,11 +13,13 @@
 - `fails(check, *wrong)`: True when `check(*wrong)` raises, so a chapter can prove that
   each of its checks rejects a deliberately wrong answer.
 - `load_solutions("NN_title")`: the chapter's reference solutions, chapters/solutions/NN_title.py.
+- `numba_cuda()`: (numba.cuda, on_gpu): a real GPU when CuPy finds one, else numba's CUDA simulator.
 """
 from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import sys
 from pathlib import Path
 
@@ -60,6 +62,28 @@ def one_cpu_thread() -> contextlib.ExitStack:
     stack = contextlib.ExitStack()
     stack.enter_context(cpu_threads(1))
     return stack
+
+
+def numba_cuda():
+    """(numba.cuda, on_gpu): the real GPU when CuPy can run on one, else numba's CUDA simulator.
+
+    The simulator runs every CUDA thread as a Python thread on the CPU: the same answers, with
+    timings that mean nothing. It is switched on as tests/kernels does it, NUMBA_ENABLE_CUDASIM=1,
+    which numba reads when it loads its config: so before numba.cuda is first imported (numba.cuda
+    comes through the library's one compat place, minitensor/backends/numba_cuda_compat.py).
+    """
+    import numba.core.config
+
+    from minitensor import available
+    from minitensor.backends.numba_cuda_compat import import_numba_cuda
+
+    on_gpu = available("cupy")
+    if not on_gpu and "numba.cuda" not in sys.modules:
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+        numba.core.config.reload_config()      # numba is loaded already (minitensor imports it)
+    if not on_gpu and not numba.core.config.ENABLE_CUDASIM:
+        raise RuntimeError("no GPU, and numba.cuda was imported before the simulator could be switched on")
+    return import_numba_cuda(), on_gpu
 
 
 def fails(check, *wrong) -> bool:
