@@ -1,6 +1,6 @@
 """The classic bugs of issues 16 and 19, planted one at a time: each must make a chapter fail in --fast mode, saying why.
 
-A planted bug is a one-line edit of the real code, made in a copy: the chapters (and, for a
+A planted bug is a one-line edit of the real code, made in a copy: the chapters and configs (and, for a
 library bug, the library package) are copied to a temporary folder, the exact line is replaced
 (the test first checks that the original line is there exactly once, so the plant cannot silently
 miss), and the chapter runs from the copy with the copy first on PYTHONPATH. The chapter must exit
@@ -73,6 +73,18 @@ PLANTED = [
      "weighted = out.loss * (out.n_tokens / max(n_target, 1))",
      "weighted = out.loss * (1.0 / len(real))",
      "20", (), "accumulation = one batch"),
+    ("prepared ids stored as int32 whatever the vocabulary", "train/corpus.py",
+     "return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.int32)",
+     "return np.dtype(np.int32)",
+     "21", (), "uint16, memory-mapped"),
+    ("EVALB matching brackets by span alone (labels ignored)", "train/evalb.py",
+     "not params.labeled or _equal(label, candidate[2], params.eq_labels)):",
+     "True):",
+     "22", (), "train.evalb must agree with the count by hand"),
+    ("the parameter count with 2 LayerNorms per decoder layer, not 3", "train/ablate_grid.py",
+     "decoder = c.N * (2 * attention + ffn + 3 * norm)",
+     "decoder = c.N * (2 * attention + ffn + 2 * norm)",
+     "23", (), "base, by hand"),
 ]
 
 
@@ -80,6 +92,7 @@ def plant(tmp: Path, relative: str, original: str, buggy: str) -> None:
     """Copy the chapters (and the library package the bug lives in) to tmp, then plant the bug there."""
     ignore = shutil.ignore_patterns("__pycache__", "_out")
     shutil.copytree(ROOT / "chapters", tmp / "chapters", ignore=ignore)
+    shutil.copytree(ROOT / "configs", tmp / "configs")                # chapters 21-23 read the run configs
     package = relative.split("/")[0]
     if package != "chapters":
         shutil.copytree(ROOT / package, tmp / package, ignore=ignore)
