@@ -69,6 +69,11 @@ def _shared_path(value: str, key: str) -> Path:
     return root / value.removeprefix("shared:")
 
 
+def _task_path(value: str, key: str) -> Path:
+    """A path from the config: `shared:...` is under ../shared/data, anything else is the user's."""
+    return _shared_path(value, key) if value.startswith("shared:") else Path(value).expanduser()
+
+
 def resolve_paths(task: TaskConfig, data_dir: Path) -> dict[str, tuple[Path, Path] | None]:
     """{"train": (src, tgt), "valid": (src, tgt), "test": (src, tgt) or None} for the task."""
     if task.kind == "builtin":
@@ -80,9 +85,8 @@ def resolve_paths(task: TaskConfig, data_dir: Path) -> dict[str, tuple[Path, Pat
         return {split: (folder / f"{split}.en", folder / f"{split}.de") for split in tasks.SPLITS}
     if task.kind == "ptb":  # §6.3 parsing: treebank files -> (words, linearised tree, gold tree) files
         ranges = {split: getattr(task, f"treebank_{split}") for split in ptb.SPLITS}
-        treebank = _shared_path(task.treebank, "treebank") if task.treebank.startswith("shared:") \
-            else Path(task.treebank).expanduser()
-        folder = _generated_task("ptb", ptb.split_files(treebank, ranges), Path(data_dir))
+        folder = _generated_task("ptb", ptb.split_files(_task_path(task.treebank, "treebank"), ranges),
+                                 Path(data_dir))
         return {split: (folder / f"{split}.words", folder / f"{split}.tree") for split in ptb.SPLITS}
     if task.kind == "multi30k":
         return {"train": multi30k_paths("train"), "valid": multi30k_paths("val"),
@@ -95,7 +99,7 @@ def resolve_paths(task: TaskConfig, data_dir: Path) -> dict[str, tuple[Path, Pat
             if not value:
                 pair = None
                 break
-            pair.append(_shared_path(value, key) if value.startswith("shared:") else Path(value).expanduser())
+            pair.append(_task_path(value, key))
         if pair is None and split != "test":
             raise InputError(f"task.{split}_src and task.{split}_tgt must be set for task.kind = 'files' "
                              f"(edit the config or pass --set task.{split}_src=PATH)")
