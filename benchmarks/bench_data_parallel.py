@@ -2,7 +2,7 @@
 
     python benchmarks/bench_data_parallel.py [--steps 200] [--json OUT]
 
-1. `fit` through the NCCL communicator with world size 1 against no communicator (train/loop.py's
+1. `fit` through the NCCL communicator with world size 1 against no communicator (train/run/loop.py's
    default), alternating A B A B on the same config: the base model (Table 3) on the built-in task,
    mixed precision, 25 MB buckets. Every collective, the bucketed gather, the side stream and the
    watchdog run exactly as on 8 GPUs; only the ring has one member. Target: <= 2% slower.
@@ -25,10 +25,10 @@ from pathlib import Path
 import cupy
 
 from train import config as config_lib
-from train.distributed import Mpi
-from train.loop import fit
-from train.metrics import read_metrics
-from train.nccl import Nccl
+from train.distributed.communicators import Mpi
+from train.distributed.nccl import Nccl
+from train.run.loop import fit
+from train.run.metrics import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE_ON_DEMO_TASK = ["model.N=6", "model.d_model=512", "model.d_ff=2048", "model.h=8", "model.max_len=256",

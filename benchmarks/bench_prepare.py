@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from train import config as config_lib  # noqa: E402
 from train.config import RunConfig  # noqa: E402
-from train.data import peak_rss_bytes  # noqa: E402
-from train.prepared_data import prepare_data  # noqa: E402
+from train.data.files import peak_rss_bytes  # noqa: E402
+from train.data.store import prepare_data  # noqa: E402
 
 SYLLABLES_EN = ["ka", "ri", "to", "men", "ste", "an", "ver", "lo", "pa", "di", "con", "tion", "ex", "pre",
                 "ing", "al", "er", "ly", "ment", "com", "pro", "ed", "re", "de", "un", "in", "th", "ou"]

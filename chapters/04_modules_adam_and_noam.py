@@ -32,7 +32,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import minitensor as mt
-from _common import CHECK_SOLUTIONS, FAST, fails, load_solutions, one_cpu_thread, show
+from _common import FAST, fails, finish, one_cpu_thread, show
 from minitensor import nn, optim
 
 THREADS = one_cpu_thread()
@@ -353,10 +353,6 @@ assert fails(check_warmup_for_peak, lambda d_model, peak: round(1 / (d_model * p
 assert fails(check_dropout_variance, lambda x, p: x * x * p), "accepted the variance without the rescale"
 
 # %%
-if CHECK_SOLUTIONS:
-    solutions = load_solutions("04_modules_adam_and_noam")
-    check_first_adam_update(solutions.first_adam_update)
-    check_warmup_for_peak(solutions.warmup_for_peak)
-    check_dropout_variance(solutions.dropout_variance)
-    print("solutions OK")
-print("chapter 04 OK")
+finish("04_modules_adam_and_noam", {check_first_adam_update: "first_adam_update",
+                                    check_warmup_for_peak: "warmup_for_peak",
+                                    check_dropout_variance: "dropout_variance"})

@@ -32,7 +32,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import minitensor as mt
-from _common import CHECK_SOLUTIONS, FAST, fails, load_solutions, show
+from _common import FAST, fails, finish, show
 from transformer.attention import scaled_dot_product_attention
 
 rng = np.random.default_rng(0)
@@ -255,9 +255,4 @@ with np.errstate(all="ignore"):
 assert fails(check_attention_backward, _backward_without_softmax), "check_attention_backward too weak"
 
 # %%
-if CHECK_SOLUTIONS:
-    solutions = load_solutions("05_scaled_dot_product_attention")
-    check_attention(solutions.attention)
-    check_attention_backward(solutions.attention_backward)
-    print("solutions OK")
-print("chapter 05 OK")
+finish("05_scaled_dot_product_attention", {check_attention: "attention", check_attention_backward: "attention_backward"})

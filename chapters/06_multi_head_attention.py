@@ -38,7 +38,7 @@ import math
 import numpy as np
 
 import minitensor as mt
-from _common import CHECK_SOLUTIONS, fails, load_solutions
+from _common import fails, finish
 from transformer.attention import MultiHeadAttention
 
 rng = np.random.default_rng(0)
@@ -248,9 +248,4 @@ assert fails(check_split_merge, _split_wrong, _merge_wrong), "check_split_merge 
 assert fails(check_mhsa, _one_head), "check_mhsa accepted single-head attention"
 
 # %%
-if CHECK_SOLUTIONS:
-    solutions = load_solutions("06_multi_head_attention")
-    check_split_merge(solutions.split_heads, solutions.merge_heads)
-    check_mhsa(solutions.multi_head_self_attention)
-    print("solutions OK")
-print("chapter 06 OK")
+finish("06_multi_head_attention", {check_split_merge: "split_heads merge_heads", check_mhsa: "multi_head_self_attention"})

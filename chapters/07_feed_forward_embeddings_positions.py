@@ -36,7 +36,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import minitensor as mt
-from _common import CHECK_SOLUTIONS, fails, load_solutions, show
+from _common import fails, finish, show
 from transformer.embedding import Embeddings
 from transformer.feed_forward import PositionwiseFeedForward
 from transformer.positional import PositionalEncoding, sinusoid_table
@@ -235,9 +235,4 @@ assert fails(check_concat_permutation, lambda Dm: np.concatenate([np.arange(1, D
 assert fails(check_pe_dot, lambda k, Dm: Dm / 2 * np.cos(k)), "accepted one frequency for all pairs"
 
 # %%
-if CHECK_SOLUTIONS:
-    solutions = load_solutions("07_feed_forward_embeddings_positions")
-    check_concat_permutation(solutions.concat_permutation)
-    check_pe_dot(solutions.pe_dot)
-    print("solutions OK")
-print("chapter 07 OK")
+finish("07_feed_forward_embeddings_positions", {check_concat_permutation: "concat_permutation", check_pe_dot: "pe_dot"})

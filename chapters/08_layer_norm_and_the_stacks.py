@@ -35,7 +35,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import minitensor as mt
-from _common import CHECK_SOLUTIONS, FAST, fails, load_solutions, one_cpu_thread, show
+from _common import FAST, fails, finish, one_cpu_thread, show
 from minitensor import Function, nn
 from transformer import TransformerConfig
 from transformer import layers as library
@@ -498,9 +498,4 @@ assert fails(check_rms_norm_backward, _rms_backward_as_layernorm), "check_rms_no
 assert fails(check_is_post_norm, _only_checks_normalised), "check_is_post_norm accepted a test that ignores the residual"
 
 # %%
-if CHECK_SOLUTIONS:
-    solutions = load_solutions("08_layer_norm_and_the_stacks")
-    check_rms_norm_backward(solutions.rms_norm_backward)
-    check_is_post_norm(solutions.is_post_norm)
-    print("solutions OK")
-print("chapter 08 OK")
+finish("08_layer_norm_and_the_stacks", {check_rms_norm_backward: "rms_norm_backward", check_is_post_norm: "is_post_norm"})

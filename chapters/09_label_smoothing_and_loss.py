@@ -30,7 +30,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import minitensor as mt
-from _common import CHECK_SOLUTIONS, fails, load_solutions, show
+from _common import fails, finish, show
 from transformer.loss import LabelSmoothingLoss, closed_form_smoothed_loss
 
 rng = np.random.default_rng(0)
@@ -224,9 +224,4 @@ assert fails(check_uniform_min_loss, lambda e, Vc: -(1 - e) * np.log(1 - e) - e 
     "accepted the entropy of a q without the gold share"
 
 # %%
-if CHECK_SOLUTIONS:
-    solutions = load_solutions("09_label_smoothing_and_loss")
-    check_uniform_smoothed_loss(solutions.uniform_smoothed_loss)
-    check_uniform_min_loss(solutions.uniform_min_loss)
-    print("solutions OK")
-print("chapter 09 OK")
+finish("09_label_smoothing_and_loss", {check_uniform_smoothed_loss: "uniform_smoothed_loss", check_uniform_min_loss: "uniform_min_loss"})

@@ -31,7 +31,7 @@
 import numpy as np
 
 import minitensor as mt
-from _common import CHECK_SOLUTIONS, FAST, fails, load_solutions, one_cpu_thread
+from _common import FAST, fails, finish, one_cpu_thread
 from minitensor import nn, optim
 from transformer import LabelSmoothingLoss, Transformer, TransformerConfig       # loss: chapter 09
 from transformer.embedding import Embeddings                                        # chapter 07
@@ -309,9 +309,4 @@ assert fails(check_shift_right, lambda t, b, e, p: (np.pad(t, ((0, 0), (1, 0))),
     "accepted a shift without BOS/EOS"
 
 # %%
-if CHECK_SOLUTIONS:
-    solutions = load_solutions("10_figure_1_masks_and_copy_task")
-    check_padding_mask(solutions.padding_mask_fixed)
-    check_shift_right(solutions.shift_right)
-    print("solutions OK")
-print("chapter 10 OK")
+finish("10_figure_1_masks_and_copy_task", {check_padding_mask: "padding_mask_fixed", check_shift_right: "shift_right"})

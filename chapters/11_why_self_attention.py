@@ -40,7 +40,7 @@ import tracemalloc
 import matplotlib.pyplot as plt
 import numpy as np
 
-from _common import CHECK_SOLUTIONS, FAST, fails, load_solutions, one_cpu_thread, show
+from _common import FAST, fails, finish, one_cpu_thread, show
 
 THREADS = one_cpu_thread()
 rng = np.random.default_rng(0)
@@ -310,9 +310,5 @@ assert fails(check_restricted_path_length, lambda n, r: math.ceil(n / r)), "acce
 assert fails(check_dilated_path_length, lambda n, k_: math.floor(math.log(n, k_))), "accepted ⌊log_k n⌋"
 
 # %%
-if CHECK_SOLUTIONS:
-    solutions = load_solutions("11_why_self_attention")
-    check_restricted_path_length(solutions.restricted_path_length)
-    check_dilated_path_length(solutions.dilated_path_length)
-    print("solutions OK")
-print("chapter 11 OK")
+finish("11_why_self_attention", {check_restricted_path_length: "restricted_path_length",
+                                 check_dilated_path_length: "dilated_path_length"})

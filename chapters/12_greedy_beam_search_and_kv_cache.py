@@ -39,7 +39,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import minitensor as mt
-from _common import CHECK_SOLUTIONS, FAST, fails, load_solutions, one_cpu_thread, show
+from _common import FAST, fails, finish, one_cpu_thread, show
 from minitensor import optim
 from transformer import LabelSmoothingLoss, Transformer, TransformerConfig, beam_search, greedy_decode
 from transformer.masks import subsequent_mask
@@ -485,9 +485,4 @@ assert fails(check_rerank, lambda hyps, a: max(hyps, key=lambda h: h[1] / length
     "accepted a length that leaves out EOS"
 
 # %%
-if CHECK_SOLUTIONS:
-    solutions = load_solutions("12_greedy_beam_search_and_kv_cache")
-    check_beam_trap(solutions.beam_trap)
-    check_rerank(solutions.rerank)
-    print("solutions OK")
-print("chapter 12 OK")
+finish("12_greedy_beam_search_and_kv_cache", {check_beam_trap: "beam_trap", check_rerank: "rerank"})

@@ -20,12 +20,12 @@
 # `get_ende_bleu.sh`), not from sacreBLEU's detokenized default; the same
 # output scores about 1.5 BLEU lower with sacreBLEU (tensor2tensor issue 317:
 # 27.52 vs 29.02). We report sacreBLEU, with its signature, as the main number
-# and the paper-comparable score beside it (`train/evaluate.py`). Second,
+# and the paper-comparable score beside it (`train/evaluate/scores.py`). Second,
 # **which weights**: the average of the last checkpoints, not the last one.
 #
-# From the library we use: `train.tasks.make_number_task`, the built-in
+# From the library we use: `train.data.builtin_task.make_number_task`, the built-in
 # English→German task (generated from a small grammar, no download; chapter 15
-# trains on it), here only for its German sentences; `train.evaluate`, the
+# trains on it), here only for its German sentences; `train.evaluate.scores`, the
 # scoring the training pipeline reports; and `transformer.checkpoint`, which
 # saves and loads weights as safetensors files (chapter 16 opens the format).
 
@@ -37,10 +37,10 @@ import numpy as np
 from sacrebleu.metrics import BLEU
 
 import minitensor as mt
-from _common import CHECK_SOLUTIONS, FAST, OUT, fails, load_solutions, one_cpu_thread, show
+from _common import FAST, OUT, fails, finish, one_cpu_thread, show
 from minitensor import optim
-from train.evaluate import corpus_scores, paper_bleu, paper_tokenize
-from train.tasks import make_number_task
+from train.data.builtin_task import make_number_task
+from train.evaluate.scores import corpus_scores, paper_bleu, paper_tokenize
 from transformer import LabelSmoothingLoss, Transformer, TransformerConfig
 from transformer.checkpoint import average_checkpoints, load_checkpoint, save_checkpoint
 
@@ -260,9 +260,4 @@ assert fails(check_bleu_stats, _unclipped), "check_bleu_stats accepted unclipped
 assert fails(check_average, lambda sts: dict(sts[-1])), "check_average accepted the last checkpoint"
 
 # %%
-if CHECK_SOLUTIONS:
-    solutions = load_solutions("13_bleu_and_checkpoint_averaging")
-    check_bleu_stats(solutions.bleu_stats)
-    check_average(solutions.average_state_dicts)
-    print("solutions OK")
-print("chapter 13 OK")
+finish("13_bleu_and_checkpoint_averaging", {check_bleu_stats: "bleu_stats", check_average: "average_state_dicts"})

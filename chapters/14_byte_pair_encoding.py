@@ -26,7 +26,7 @@
 # We train BPE from scratch on the number task's sentences (both languages,
 # one vocabulary: §3.4 ties the embeddings on it), encode with it, and compare
 # with sentencepiece, the library the training pipeline uses
-# (`train.tokenizer.Tokenizer`), trained on the same text with the same size.
+# (`train.data.tokenizer.Tokenizer`), trained on the same text with the same size.
 
 # %%
 from collections import Counter
@@ -34,9 +34,9 @@ from collections import Counter
 import matplotlib.pyplot as plt
 import numpy as np
 
-from _common import CHECK_SOLUTIONS, OUT, fails, load_solutions, show
-from train.tasks import make_number_task
-from train.tokenizer import Tokenizer
+from _common import OUT, fails, finish, show
+from train.data.builtin_task import make_number_task
+from train.data.tokenizer import Tokenizer
 
 VOCAB_SIZE = 400                                               # 4 special ids + characters + merges
 task = make_number_task(seed=0, n_train=3000, n_valid=10, n_test=200)   # the same text in --fast and full
@@ -241,9 +241,4 @@ assert fails(check_wordpiece_best_pair, lambda words: max(pair_counts(words).ite
     "accepted BPE's rule"
 
 # %%
-if CHECK_SOLUTIONS:
-    solutions = load_solutions("14_byte_pair_encoding")
-    check_merges_needed(solutions.merges_needed)
-    check_wordpiece_best_pair(solutions.wordpiece_best_pair)
-    print("solutions OK")
-print("chapter 14 OK")
+finish("14_byte_pair_encoding", {check_merges_needed: "merges_needed", check_wordpiece_best_pair: "wordpiece_best_pair"})

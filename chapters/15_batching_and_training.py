@@ -17,10 +17,10 @@
 # > tokens and 25000 target tokens. (§5.1)
 #
 # Everything so far was one model on toy inputs. Now real(istic) data: the
-# built-in English→German number task (`train/tasks.py`, generated, no
+# built-in English→German number task (`train/data/builtin_task.py`, generated, no
 # download), a shared BPE vocabulary (sentencepiece through
-# `train.tokenizer.Tokenizer`, chapter 14), token-budget batches of similar
-# lengths (`train/batching.py`), and the training step of §5: forward,
+# `train.data.tokenizer.Tokenizer`, chapter 14), token-budget batches of similar
+# lengths (`train/data/batching.py`), and the training step of §5: forward,
 # label-smoothed loss (§5.4, chapter 09), backward, Adam with the Eq. (3)
 # schedule (§5.3, chapter 04). We watch the training and validation loss, look
 # inside the trained model's attention, and score it with greedy decoding
@@ -36,12 +36,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import minitensor as mt
-from _common import CHECK_SOLUTIONS, FAST, OUT, fails, load_solutions, one_cpu_thread, show
+from _common import FAST, OUT, fails, finish, one_cpu_thread, show
 from minitensor import optim
-from train.batching import make_batches, pad_batch, padding_efficiency
-from train.evaluate import corpus_scores
-from train.tasks import make_number_task
-from train.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from train.data.batching import make_batches, pad_batch, padding_efficiency
+from train.data.builtin_task import make_number_task
+from train.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from train.evaluate.scores import corpus_scores
 from transformer import LabelSmoothingLoss, Transformer, TransformerConfig, greedy_decode
 
 THREADS = one_cpu_thread()
@@ -91,7 +91,7 @@ assert tokenizer.encode("dreihunderteinundzwanzig rote Äpfel")[0] != 1, "German
 # Padding is wasted compute: a batch costs B × (longest sentence) on each side.
 # Sorting pairs by length before cutting batches keeps sentences of similar
 # length together; a batch closes when one more pair would push B·max(S) or
-# B·max(T) past `max_tokens` (`train.batching.make_batches` does this; exercise 2
+# B·max(T) past `max_tokens` (`train.data.batching.make_batches` does this; exercise 2
 # asks you to write it). The model sees source = ids + EOS, decoder input
 # BOS + ids, labels ids + EOS (§3.1), so each side costs len + 1 positions.
 # We compare with batches of the same size drawn at random.
@@ -340,9 +340,4 @@ assert fails(check_offset_is_right, lambda ti, to, b, e, p: bool((ti[:, 0] == b)
     "check_offset_is_right accepted a test that only looks at BOS"
 
 # %%
-if CHECK_SOLUTIONS:
-    solutions = load_solutions("15_batching_and_training")
-    check_bucket_batches(solutions.bucket_batches)
-    check_offset_is_right(solutions.offset_is_right)
-    print("solutions OK")
-print("chapter 15 OK")
+finish("15_batching_and_training", {check_bucket_batches: "bucket_batches", check_offset_is_right: "offset_is_right"})

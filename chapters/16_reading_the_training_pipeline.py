@@ -19,12 +19,12 @@
 # runs the same algorithm, plus what a run of hours or days needs. This chapter
 # reads that code, one mechanism at a time, and checks each claim it makes:
 #
-# - `train/step.py`, `train_step`: one update from several **micro-batches**
+# - `train/run/step.py`, `train_step`: one update from several **micro-batches**
 #   whose gradients add up (how one device reaches the paper's 25,000 target
 #   tokens per step, which took 8 GPUs), and optional **gradient clipping**;
 # - `transformer/checkpoint.py`: the **safetensors** file format, written
 #   **atomically** and verified by hashes on every load;
-# - `train/checkpointing.py`: `TrainState`, `save` and `restore`, so that a run
+# - `train/run/checkpointing.py`: `TrainState`, `save` and `restore`, so that a run
 #   stopped at step k and started again continues **exactly** as if it had never
 #   stopped, dropout masks included.
 #
@@ -35,16 +35,17 @@ import json
 import os
 
 import numpy as np
+from safetensors.numpy import load_file
 
 import minitensor as mt
-from _common import CHECK_SOLUTIONS, OUT, fails, load_solutions, one_cpu_thread
+from _common import OUT, fails, finish, one_cpu_thread
 from minitensor.optim import Adam, NoamSchedule, clip_grad_norm
-from train import checkpointing
-from train.batching import pad_batch
-from train.checkpointing import TrainState
 from train.config import RunConfig
-from train.step import train_step
-from train.tokenizer import Tokenizer
+from train.data.batching import pad_batch
+from train.data.tokenizer import Tokenizer
+from train.run import checkpointing
+from train.run.checkpointing import TrainState
+from train.run.step import train_step
 from transformer import LabelSmoothingLoss, Transformer, TransformerConfig
 from transformer.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 
@@ -146,17 +147,20 @@ assert np.allclose(big / np.linalg.norm(big), flat / norm_before), "and the dire
 # ## 3. The checkpoint file: safetensors, read by hand
 #
 # A checkpoint holds named arrays and some metadata. `transformer/checkpoint.py`
-# writes the safetensors format (no pickle: loading a file never runs code):
+# writes the safetensors format through the `safetensors` package, the format's
+# reference implementation (no pickle: loading a file never runs code):
 #
 #     8 bytes    little-endian uint64 N, the header's length
 #     N bytes    JSON {name: {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}, ...,
 #                      "__metadata__": {str: str}}, padded with spaces to a multiple of 8
 #     the rest   every tensor's raw little-endian bytes, C order; offsets count from here
 #
-# Our `__metadata__` holds the metadata as JSON text and sha256 hashes of the
-# tensor bytes (all together and one per tensor) and of the header, so a flipped
-# byte is caught on load and blamed on the tensor that holds it. Here is the
-# format read with nothing but `json` and NumPy.
+# Our `__metadata__` has one entry, "checkpoint": JSON text holding the metadata
+# and sha256 hashes of each tensor's bytes and of the header (names, dtypes,
+# shapes, metadata), so a flipped byte is caught on load and blamed on the tensor
+# that holds it. (One entry, because the format keeps no order among entries: with
+# one, the same checkpoint is always the same bytes.) Here is the format read with
+# nothing but `json` and NumPy.
 
 # %%
 def read_by_hand(path):
@@ -168,7 +172,7 @@ def read_by_hand(path):
     tensors = {name: np.frombuffer(raw[8 + n + info["data_offsets"][0]:8 + n + info["data_offsets"][1]],
                                    dtype=kinds[info["dtype"]]).reshape(info["shape"])
                for name, info in header.items()}
-    return tensors, json.loads(meta["json"]), n
+    return tensors, json.loads(meta["checkpoint"])["metadata"], n
 
 
 ckpt_dir = OUT / "16_checkpoints"
@@ -184,12 +188,7 @@ assert header_len % 8 == 0, "the header is padded so the tensor bytes start 8-by
 for name, array in load_checkpoint(path)[0].items():
     assert np.array_equal(by_hand[name], array) and by_hand[name].dtype == array.dtype, f"{name}: same by hand"
 assert meta == {"note": "hello"}, "our metadata travels as JSON text"
-try:                                                     # the reference reader, when installed (the test extra has it)
-    from safetensors.numpy import load_file
-except ImportError:
-    print("safetensors not installed: skipping the cross-check with the reference reader")
-else:
-    assert all(np.array_equal(load_file(path)[k], v) for k, v in state.items()), "the reference reader agrees"
+assert all(np.array_equal(load_file(path)[k], v) for k, v in state.items()), "the package's own reader agrees"
 
 # %% [markdown]
 # ### Atomic writes, and what a corrupt file looks like
@@ -234,7 +233,7 @@ assert corruption_message is not None and "'w'" in corruption_message, "the hash
 # %% [markdown]
 # ## 4. Exact resume
 #
-# A training checkpoint (`train.checkpointing.save`) is the model file plus
+# A training checkpoint (`train.run.checkpointing.save`) is the model file plus
 # everything else the run's future depends on: Adam's moments and step count
 # (the learning rate of Eq. (3) depends on the step), the **dropout RNG state**
 # (each Dropout draws its seed from one generator, chapter 04: restoring the
@@ -308,7 +307,7 @@ assert not all(np.array_equal(a, straight_weights[n]) for n, a in forgot_rng.mod
 
 # %%
 def check_write_safetensors(write_safetensors) -> None:
-    """Exercise 2: our loader and (when installed) the reference reader read back what was written."""
+    """Exercise 2: our loader and the package's own reader read back what was written."""
     arrays = {"a.weight": rng.standard_normal((2, 3)).astype(np.float32), "b": np.arange(5, dtype=np.int64),
               "c": rng.standard_normal(7)}
     target = ckpt_dir / "exercise.safetensors"
@@ -317,10 +316,6 @@ def check_write_safetensors(write_safetensors) -> None:
     for name, array in arrays.items():
         assert loaded[name].dtype == array.dtype and np.array_equal(loaded[name], array), f"{name} round-trip"
     assert int.from_bytes(target.read_bytes()[:8], "little") % 8 == 0, "pad the header to a multiple of 8 bytes"
-    try:
-        from safetensors.numpy import load_file
-    except ImportError:
-        return
     assert all(np.array_equal(load_file(target)[k], v) for k, v in arrays.items()), "the reference reader agrees"
 
 
@@ -356,9 +351,5 @@ assert fails(check_write_safetensors, _write_unpadded), "check_write_safetensors
 assert fails(check_clipping_counterexample, lambda: ([3.0, 0.0], [1.0, 0.0], 1.0)), "accepted parallel gradients"
 
 # %%
-if CHECK_SOLUTIONS:
-    solutions = load_solutions("16_reading_the_training_pipeline")
-    check_write_safetensors(solutions.write_safetensors)
-    check_clipping_counterexample(solutions.clipping_counterexample)
-    print("solutions OK")
-print("chapter 16 OK")
+finish("16_reading_the_training_pipeline", {check_write_safetensors: "write_safetensors",
+                                            check_clipping_counterexample: "clipping_counterexample"})

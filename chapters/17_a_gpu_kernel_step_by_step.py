@@ -46,7 +46,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import minitensor as mt
-from _common import CHECK_SOLUTIONS, FAST, fails, load_solutions, numba_cuda, show
+from _common import FAST, fails, finish, numba_cuda, show
 from minitensor.kernels.matmul_forward.reference import matmul_forward_ref
 
 cuda, ON_GPU = numba_cuda()                  # before anything else imports numba.cuda
@@ -410,9 +410,4 @@ assert fails(check_c_owner, lambda row, col: (4 * (row & 7) + col // 2, (col & 1
     "check_c_owner accepted a wrong element index"
 
 # %%
-if CHECK_SOLUTIONS:
-    solutions = load_solutions("17_a_gpu_kernel_step_by_step")
-    check_any_size(solutions.matmul_any_size)
-    check_c_owner(solutions.c_owner)
-    print("solutions OK")
-print("chapter 17 OK")
+finish("17_a_gpu_kernel_step_by_step", {check_any_size: "matmul_any_size", check_c_owner: "c_owner"})

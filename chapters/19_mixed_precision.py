@@ -32,12 +32,12 @@
 import matplotlib.pyplot as plt
 import numpy as np
 
-from _common import CHECK_SOLUTIONS, FAST, fails, load_solutions, one_cpu_thread, show
+from _common import FAST, fails, finish, one_cpu_thread, show
 from minitensor.dtypes import BF16
 from minitensor.kernels.bf16_cast.reference import bf16_to_float32, float_to_bf16
 from minitensor.optim import Adam
-from train.loss_scaler import DynamicLossScaler
-from train.step import train_step
+from train.run.loss_scaler import DynamicLossScaler
+from train.run.step import train_step
 from transformer import LabelSmoothingLoss, Transformer, TransformerConfig
 
 THREADS = one_cpu_thread()
@@ -309,7 +309,7 @@ np.testing.assert_array_equal(half_adam.half, half_adam.flat.astype(np.float16),
 # Section 4 showed the fix for underflow: multiply the loss by s before the
 # backward pass, so every gradient is s times larger in fp16, then divide the
 # float32 gradient by s before Adam sees it. The right s is unknown and drifts
-# as training goes, so `train/loss_scaler.py` finds it as it goes:
+# as training goes, so `train/run/loss_scaler.py` finds it as it goes:
 #
 # - `scale_loss`: backward runs on loss · s (s starts at 2¹⁶);
 # - `unscale_and_check`: the flat fp32 gradient is multiplied by 1/s, and one
@@ -462,9 +462,4 @@ assert fails(check_to_bits, _to_bits_without_subnormals), "check_to_bits accepte
 assert fails(check_compensated_updates, _plain_fp16), "check_compensated_updates accepted plain fp16 sums"
 
 # %%
-if CHECK_SOLUTIONS:
-    solutions = load_solutions("19_mixed_precision")
-    check_to_bits(solutions.to_bits)
-    check_compensated_updates(solutions.compensated_updates)
-    print("solutions OK")
-print("chapter 19 OK")
+finish("19_mixed_precision", {check_to_bits: "to_bits", check_compensated_updates: "compensated_updates"})

@@ -39,12 +39,12 @@ import sys
 import matplotlib.pyplot as plt
 import numpy as np
 
-from _common import CHAPTERS, CHECK_SOLUTIONS, OUT, fails, load_solutions, one_cpu_thread, show
+from _common import CHAPTERS, OUT, fails, finish, one_cpu_thread, show
 from minitensor.optim import Adam
-from train import scale
-from train.batching import pad_batch, shard
-from train.distributed import mpiexec_path
-from train.step import train_step
+from train.data.batching import pad_batch, shard
+from train.distributed.communicators import mpiexec_path
+from train.experiments import scale
+from train.run.step import train_step
 from transformer import LabelSmoothingLoss, Transformer, TransformerConfig
 from transformer.checkpoint import load_checkpoint
 
@@ -196,7 +196,7 @@ assert error["mean of means"] > 0.01, "the mean of per-rank means is a different
 # One process that runs k micro-batches before one Adam step computes the same
 # sum as k ranks running one each: the same weighted losses, the same gradient
 # sum, only the additions happen one after another in `.grad` (chapter 02's
-# `+=`) instead of over the network. `train.batching.shard` hands out an
+# `+=`) instead of over the network. `train.data.batching.shard` hands out an
 # update's micro-batches so that the two agree: rank r gets the r-th block, and
 # every rank gets the same number, padded with `None` (an empty batch: no
 # forward, no tokens, but the same collectives), because every rank must issue
@@ -242,10 +242,10 @@ assert float(np.abs(untouched.flat_parameters() - big).max()) > 1e-4, "the updat
 # ## 4. Live: two MPI ranks on the CPU, and one process
 #
 # `python -m train fit` notices that `mpiexec` started it (the launcher's
-# environment variables, `train/distributed.py`), and then each process is one
+# environment variables, `train/distributed/communicators.py`), and then each process is one
 # rank: rank 0 prepares the data and writes the run directory, every rank
 # builds the model from the same seed (and rank 0's weights are broadcast to
-# be sure), reads its `shard` of each update, and `train/grad_sync.py` sums the
+# be sure), reads its `shard` of each update, and `train/distributed/grad_sync.py` sums the
 # gradients with MPI. On the CPU the ranks use mpi4py and the `mpich` package
 # (both in the test extra), with NumPy arrays.
 #
@@ -255,7 +255,7 @@ assert float(np.abs(untouched.flat_parameters() - big).max()) > 1e-4, "the updat
 # With two ranks the all-reduce is one addition, g₀ + g₁, the very addition
 # that accumulation does, so even in float32 the two runs must agree **bit for
 # bit** (with more ranks the sum is taken in another order and float32 agrees
-# to ~10⁻⁷; tests/distributed/ checks 4 ranks in float64). A third run, one
+# to ~10⁻⁷; tests/train/distributed/ checks 4 ranks in float64). A third run, one
 # process with 1 micro-batch, sees half the data: it must differ.
 
 # %%
@@ -320,7 +320,7 @@ if MPIEXEC is not None:
 # %% [markdown]
 # ## 5. Eight GPUs: a projection
 #
-# No GPU runs here, so for the 8-GPU node we **project** (`train/scale.py`,
+# No GPU runs here, so for the 8-GPU node we **project** (`train/experiments/scale.py`,
 # `python -m train scale`). Data parallelism adds one all-reduce of the fp32
 # gradient per update to the single-GPU step; with the ring of section 1 it takes
 #
@@ -328,7 +328,7 @@ if MPIEXEC is not None:
 #
 # with α the latency of one call. The gradient is all-reduced in buckets of
 # ~25 MB, each started while backward is still computing the layers before it
-# (`train/grad_sync.py`), so only what is left when backward ends adds to the
+# (`train/distributed/grad_sync.py`), so only what is left when backward ends adds to the
 # step (the model takes backward as 2/3 of the step). Bus bandwidths are
 # presets: NVLink 4 through NVSwitch (H100 SXM) ~450 GB/s, PCIe 5 x16 ~64 GB/s.
 # The single-GPU step is the README's measurement of the base model in fp16 on
@@ -424,8 +424,4 @@ assert fails(check_recursive_doubling, lambda arrays: (*ring_all_reduce(arrays),
     "check_recursive_doubling accepted the ring"
 
 # %%
-if CHECK_SOLUTIONS:
-    solutions = load_solutions("20_data_parallelism")
-    check_recursive_doubling(solutions.recursive_doubling_all_reduce)
-    print("solutions OK")
-print("chapter 20 OK")
+finish("20_data_parallelism", {check_recursive_doubling: "recursive_doubling_all_reduce"})

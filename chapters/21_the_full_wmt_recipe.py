@@ -25,14 +25,14 @@
 # each step is shown at a size that runs in seconds and then scaled up with
 # numbers measured elsewhere, always labelled as measured or projected.
 #
-# From the library we use: `train.prepared_data.prepare_data` (what
+# From the library we use: `train.data.store.prepare_data` (what
 # `python -m train prepare` runs: content hashes, the shared BPE tokenizer, the
 # ids as memory-mapped arrays; `prepared_key` is the folder's name), the run
-# config loader `train.config` (chapter 16 met `RunConfig`), `train.scale` (the
-# data-parallel projection of `python -m train scale`) with `train.metrics.train_flops`,
-# and `train.evaluate.split_compounds`, the compound splitting of the
+# config loader `train.config` (chapter 16 met `RunConfig`), `train.experiments.scale` (the
+# data-parallel projection of `python -m train scale`) with `train.run.metrics.train_flops`,
+# and `train.evaluate.scores.split_compounds`, the compound splitting of the
 # paper-comparable BLEU (chapter 13 met `corpus_scores` and `paper_tokenize`).
-# `train.data.shared_data_dir` finds `../shared/data` (newstest2014), when it is there.
+# `train.data.files.shared_data_dir` finds `../shared/data` (newstest2014), when it is there.
 
 # %%
 import contextlib
@@ -48,14 +48,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
-from _common import CHAPTERS, CHECK_SOLUTIONS, FAST, OUT, fails, load_solutions, one_cpu_thread, show
+from _common import CHAPTERS, FAST, OUT, fails, finish, one_cpu_thread, show
 from train import config as config_lib
-from train import scale
-from train.data import shared_data_dir
-from train.evaluate import corpus_scores, paper_tokenize, split_compounds
-from train.metrics import train_flops
-from train.prepared_data import PREPARED_FORMAT, TOKENIZER_SAMPLE_SEED, prepare_data, prepared_key
-from train.tasks import make_number_task
+from train.data.builtin_task import make_number_task
+from train.data.files import shared_data_dir
+from train.data.store import PREPARED_FORMAT, TOKENIZER_SAMPLE_SEED, prepare_data, prepared_key
+from train.evaluate.scores import corpus_scores, paper_tokenize, split_compounds
+from train.experiments import scale
+from train.run.metrics import train_flops
 from transformer import TransformerConfig
 
 THREADS = one_cpu_thread()
@@ -315,7 +315,7 @@ assert configs["base"].model.d_k * configs["base"].model.h == configs["base"].mo
 #
 # The README measured one training step of the base model on one H100: 250
 # sentences × 100 target tokens (25,000 tokens, the paper's whole step) in
-# 328 ms in fp32 and 176 ms in mixed precision. `train.scale` projects 8 GPUs
+# 328 ms in fp32 and 176 ms in mixed precision. `train.experiments.scale` projects 8 GPUs
 # from such a step: each GPU runs the same step on its own 25,000 tokens, then a
 # **ring all-reduce** sums the fp32 gradients, 2(n − 1)/n × the gradient bytes
 # over the link (NVLink 4: ~450 GB/s bus bandwidth), overlapped with backward
@@ -461,7 +461,7 @@ def check_ids_bytes(ids_bytes) -> None:
 
 
 def check_split_compounds(split) -> None:
-    """Exercise 3: the same output as train.evaluate.split_compounds, line for line."""
+    """Exercise 3: the same output as train.evaluate.scores.split_compounds, line for line."""
     tricky = ["Kluser-Ampel", "a-b-c", "x - y", "B 33-Fußgängerampel", "--", "a--b", "E-Mail-Adresse", "-a b-", ""]
     for line in tricky + refs:
         assert split(line) == split_compounds(line), f"{line!r}: {split(line)!r} vs {split_compounds(line)!r}"
@@ -473,9 +473,4 @@ assert fails(check_ids_bytes, lambda t, p, v: 2 * t + 2 * (p + 1) * 8), "check_i
 assert fails(check_split_compounds, lambda s: s.replace("-", " ##AT##-##AT## ")), "accepted splitting every hyphen"
 
 # %%
-if CHECK_SOLUTIONS:
-    solutions = load_solutions("21_the_full_wmt_recipe")
-    check_ids_bytes(solutions.ids_bytes)
-    check_split_compounds(solutions.split_compounds)
-    print("solutions OK")
-print("chapter 21 OK")
+finish("21_the_full_wmt_recipe", {check_ids_bytes: "ids_bytes", check_split_compounds: "split_compounds"})

@@ -28,14 +28,14 @@
 # can write anything), the **EVALB** scorer that Table 4's F1 numbers come from,
 # and a **baseline** any parser must beat: the right-branching tree.
 #
-# From the library we use: `train.trees` (reading `.mrg` trees, the standard
-# removals, `linearise` / `delinearise`, `right_branching`), `train.ptb` (the
-# treebank files of a split), `train.evalb` (EVALB in Python) and
-# `train.parse_eval` (output → tree → score, what `python -m train parse-eval`
+# From the library we use: `train.parsing.trees` (reading `.mrg` trees, the standard
+# removals, `linearise` / `delinearise`, `right_branching`), `train.parsing.treebank` (the
+# treebank files of a split), `train.parsing.evalb` (EVALB in Python) and
+# `train.parsing.scoring` (output → tree → score, what `python -m train parse-eval`
 # runs). The data is the Penn Treebank WSJ sample and EVALB's own worked example
 # in `../shared/data`; without it the chapter uses two trees typed below and
 # skips what needs the files. Without `--fast` it also trains a small parser
-# with `train.loop.fit` and decodes with `train.translate.translate_lines`.
+# with `train.run.loop.fit` and decodes with `train.evaluate.translate.translate_lines`.
 
 # %%
 import re
@@ -44,10 +44,13 @@ from collections import Counter
 import matplotlib.pyplot as plt
 import numpy as np
 
-from _common import CHAPTERS, CHECK_SOLUTIONS, FAST, OUT, fails, load_solutions, one_cpu_thread, show
+from _common import CHAPTERS, FAST, OUT, fails, finish, one_cpu_thread, show
 from train import config as config_lib
-from train import evalb, parse_eval, ptb, trees
-from train.data import shared_data_dir
+from train.data.files import shared_data_dir
+from train.parsing import evalb
+from train.parsing import scoring
+from train.parsing import treebank
+from train.parsing import trees
 
 THREADS = one_cpu_thread()
 rng = np.random.default_rng(0)
@@ -74,7 +77,7 @@ TYPED = """( (S (NP-SBJ-1 (NNS Terms)) (VP (VBD were) (RB n't) (VP (VBN disclose
 ( (S (NP-SBJ (NN Gasoline) (NNS futures)) (VP (VBD continued) (NP (NP (DT a) (NN sell-off)) (SBAR (WHNP-1 (WDT that))
     (S (NP-SBJ (-NONE- *T*-1)) (VP (VBD began) (NP-TMP-CLR (NNP Monday))))))) (. .)))"""     # from wsj_0190-0199
 if HAVE_TREEBANK:
-    raw = [tree for name, data in ptb.treebank_files(TREEBANK, 190, 199) for tree in trees.read_trees(data, name)]
+    raw = [tree for name, data in treebank.treebank_files(TREEBANK, 190, 199) for tree in trees.read_trees(data, name)]
 else:
     raw = list(trees.parse_trees(TYPED, "typed"))
     print("../shared/data/ptb_sample is not here: two typed trees instead of the test split")
@@ -101,7 +104,7 @@ assert "(S (VP (VBD began)" in str(example), "the S whose subject was a trace ke
 # The target side of the translation is the tree written depth-first: `(X`
 # opens a constituent X, `)X` closes it, and each word stands for itself (so the
 # model can copy it from the source; the POS tags are left out, as in Vinyals
-# et al. and `train/trees.py`). TOP is implied. We write the linearisation from
+# et al. and `train/parsing/trees.py`). TOP is implied. We write the linearisation from
 # scratch, compare it with the library's on every tree, and check that
 # `delinearise` (which puts the words and their tags back) is its exact inverse.
 
@@ -188,7 +191,7 @@ assert str(repairs["an empty (PP )PP"][0]) == str(example), "an empty constituen
 # has the same span and label (ADVP and PRT count as equal). Then recall =
 # matched / gold brackets, precision = matched / test brackets, F1 their
 # harmonic mean; over a corpus, the counts are summed first. We write that and
-# compare it with `train.evalb`, first on the example against its
+# compare it with `train.parsing.evalb`, first on the example against its
 # right-branching tree (every span that ends at the last word), then on every
 # sentence.
 
@@ -230,15 +233,15 @@ print("right-branching:", rb_example)
 print(f"gold {sorted(gold_spans)}\ntest {sorted(test_spans)}")
 print(f"by hand: {m} matched of {len(gold_spans)} gold and {len(test_spans)} test brackets: "
       f"R {100 * m / len(gold_spans):.2f}, P {100 * m / len(test_spans):.2f}")
-print("train.evalb:", library.row())
-baseline = parse_eval.baseline(gold)
+print("train.parsing.evalb:", library.row())
+baseline = scoring.baseline(gold)
 totals = np.array([(matched(str(g), str(t)), len(brackets(str(g))[0]), len(brackets(str(t))[0]))
                    for g, t in zip(gold, baseline)]).sum(axis=0)
-report = parse_eval.score(gold, baseline, evalb.COLLINS)
+report = scoring.score(gold, baseline, evalb.COLLINS)
 
 # %% CHECK
 assert (library.matched, library.gold_brackets, library.test_brackets) == (m, len(gold_spans), len(test_spans)), \
-    "train.evalb must agree with the count by hand"
+    "train.parsing.evalb must agree with the count by hand"
 assert (report.all.matched, report.all.gold_brackets, report.all.test_brackets) == tuple(totals), \
     f"summed by hand {tuple(totals)} vs EVALB {report.all.matched, report.all.gold_brackets, report.all.test_brackets}"
 assert report.all.errors == report.all.skipped == 0, "with the gold tags every sentence is scored"
@@ -247,7 +250,7 @@ assert report.all.errors == report.all.skipped == 0, "with the gold tags every s
 # ### EVALB's own worked example
 #
 # EVALB ships `sample.gld`, `sample.tst`, `sample.prm` and the report it prints
-# for them, `sample.rsl`. `train/evalb.py` must print the same lines. Sentence 6
+# for them, `sample.rsl`. `train/parsing/evalb.py` must print the same lines. Sentence 6
 # shows the arithmetic: the test tree brackets "this is" together, so it has 3
 # brackets against gold's 4, gets 2 of them right (S and the last A), and its
 # (A this is) crosses gold's (B is a test).
@@ -264,7 +267,7 @@ else:
 
 # %% CHECK
 if HAVE_EVALB_SAMPLE:
-    assert sample_report.rows[5].row() == line_6, "train.evalb prints sample.rsl's line for sentence 6"
+    assert sample_report.rows[5].row() == line_6, "train.parsing.evalb prints sample.rsl's line for sentence 6"
     assert matched(gld[5], tst[5]) == 2 and len(brackets(tst[5])[0]) == 3, "by hand: 2 of the 3 test brackets"
     assert (round(sample_report.all.recall, 2), round(sample_report.all.precision, 2)) == (87.76, 90.53)
 
@@ -287,10 +290,10 @@ perfect_outputs = [" ".join(trees.linearise(t)) for t in gold]
 noisy_outputs = [" ".join(drop_tokens(trees.linearise(t), 0.1, rng)) for t in gold]
 systems, repaired_counts = {}, {}
 for name, outputs in (("gold outputs", perfect_outputs), ("10% dropped", noisy_outputs)):
-    parses, repaired_counts[name] = parse_eval.parses_from_outputs(outputs, gold)
-    systems[name] = parse_eval.score(gold, parses, evalb.COLLINS)
+    parses, repaired_counts[name] = scoring.parses_from_outputs(outputs, gold)
+    systems[name] = scoring.score(gold, parses, evalb.COLLINS)
 systems["right-branching"] = report
-print(parse_eval.compare(systems))
+print(scoring.compare(systems))
 print("outputs repaired:", repaired_counts)
 
 # %% CHECK
@@ -328,8 +331,8 @@ else:
 if FAST or not HAVE_TREEBANK:
     print("--fast (or no treebank): no model trained here")
 else:
-    from train.loop import fit
-    from train.translate import translate_lines
+    from train.evaluate.translate import translate_lines
+    from train.run.loop import fit
 
     small = config_lib.load(CHAPTERS.parent / "configs" / "ptb_parse_cpu.toml", [
         "model.N=2", "model.d_model=64", "model.d_ff=256", "model.h=4", "train.threads=1", "train.max_steps=300",
@@ -339,17 +342,17 @@ else:
     short = [t for t in gold if len(t.words()) <= 25]
     outputs = translate_lines(result.model, result.tokenizer, [" ".join(t.words()) for t in short], beam=1,
                               max_len_b=60)
-    parses, n_repaired = parse_eval.parses_from_outputs(outputs, short)
-    model_reports = {"small model (300 steps)": parse_eval.score(short, parses, evalb.COLLINS),
-                     "right-branching": parse_eval.score(short, parse_eval.baseline(short), evalb.COLLINS)}
+    parses, n_repaired = scoring.parses_from_outputs(outputs, short)
+    model_reports = {"small model (300 steps)": scoring.score(short, parses, evalb.COLLINS),
+                     "right-branching": scoring.score(short, scoring.baseline(short), evalb.COLLINS)}
     print(f"{len(short)} test sentences of up to 25 words, {n_repaired} outputs repaired; e.g.\n  {outputs[0]}")
-    print(parse_eval.compare(model_reports))
+    print(scoring.compare(model_reports))
     assert all(p.words() == g.words() for p, g in zip(parses, short)), "every parse covers exactly its sentence"
 
 # %% [markdown]
 # ## Summary
 # - Parsing becomes translation by writing the tree as `(X ... )X` tokens with the words as leaves; `delinearise` inverts it exactly and repairs any malformed output into a tree over the sentence's words.
-# - EVALB F1: labelled (start, end, label) brackets after deleting punctuation and TOP, matched as multisets, counts summed over the corpus; `train.evalb` reproduces `sample.rsl`.
+# - EVALB F1: labelled (start, end, label) brackets after deleting punctuation and TOP, matched as multisets, counts summed over the corpus; `train.parsing.evalb` reproduces `sample.rsl`.
 # - Right-branching trees score F1 ≈ 18 on the sample's test split: the floor a parser must clear before its number means anything.
 #
 # ## Exercises
@@ -365,8 +368,8 @@ else:
 
 # %%
 def check_crossing(crossing) -> None:
-    """Exercise 2: against train.evalb's crossing count, gold vs right-branching and vs damaged parses."""
-    damaged, _ = parse_eval.parses_from_outputs(noisy_outputs, gold)
+    """Exercise 2: against train.parsing.evalb's crossing count, gold vs right-branching and vs damaged parses."""
+    damaged, _ = scoring.parses_from_outputs(noisy_outputs, gold)
     for test_trees in (baseline, damaged):
         for g, t in zip(gold, test_trees):
             expected = evalb.score_sentence(str(g), str(t)).crossing
@@ -408,9 +411,4 @@ assert fails(check_crossing, _overlaps), "check_crossing accepted counting neste
 assert fails(check_well_formed, _balanced_only), "check_well_formed accepted a check that ignores labels"
 
 # %%
-if CHECK_SOLUTIONS:
-    solutions = load_solutions("22_parsing_as_translation")
-    check_crossing(solutions.crossing)
-    check_well_formed(solutions.well_formed)
-    print("solutions OK")
-print("chapter 22 OK")
+finish("22_parsing_as_translation", {check_crossing: "crossing", check_well_formed: "well_formed"})

@@ -33,9 +33,9 @@
 # paper's column, a tiny grid trained live, and which of the paper's
 # conclusions held in the README's measured CPU grid.
 #
-# From the library we use: `train.ablate_grid` (Table 3 typed in as `TABLE3`,
-# `expand`, the scaling rule, `count_parameters`), `train.ablate` (`run_grid`,
-# what the command runs) and `train.ablate_report` (the table and CSV), with
+# From the library we use: `train.experiments.ablate_grid` (Table 3 typed in as `TABLE3`,
+# `expand`, the scaling rule, `count_parameters`), `train.experiments.ablate` (`run_grid`,
+# what the command runs) and `train.experiments.ablate_report` (the table and CSV), with
 # `train.config` for the run configs (chapter 21).
 
 # %%
@@ -47,10 +47,12 @@ import shutil
 import matplotlib.pyplot as plt
 import numpy as np
 
-from _common import CHAPTERS, CHECK_SOLUTIONS, FAST, OUT, fails, load_solutions, one_cpu_thread, show
-from train import ablate, ablate_grid, ablate_report
+from _common import CHAPTERS, FAST, OUT, fails, finish, one_cpu_thread, show
 from train import config as config_lib
 from train.config import RunConfig
+from train.experiments import ablate
+from train.experiments import ablate_grid
+from train.experiments import ablate_report
 from transformer import Transformer, TransformerConfig
 
 THREADS = one_cpu_thread()
@@ -184,7 +186,7 @@ assert params_by_hand(paper_grid["A1"].config.model) == params_by_hand(paper_bas
 #
 # ## 4. A tiny grid, trained live
 #
-# The runner trains each variant with `train.loop.fit` in its own run
+# The runner trains each variant with `train.run.loop.fit` in its own run
 # directory, with the same steps and seed, records its final dev numbers in
 # `results/<variant>.json` (a rerun skips finished variants and resumes the
 # running one), and writes `table3.md`, `.csv` and `.png`. Here: a tiny model
@@ -355,9 +357,4 @@ assert fails(check_scale_variant, _no_floor), "check_scale_variant accepted a ru
 assert fails(check_count_parameters, params_by_hand), "check_count_parameters accepted the tied-only count"
 
 # %%
-if CHECK_SOLUTIONS:
-    solutions = load_solutions("23_table_3_ablations")
-    check_scale_variant(solutions.scale_variant)
-    check_count_parameters(solutions.count_parameters)
-    print("solutions OK")
-print("chapter 23 OK")
+finish("23_table_3_ablations", {check_scale_variant: "scale_variant", check_count_parameters: "count_parameters"})

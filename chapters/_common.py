@@ -100,3 +100,17 @@ def load_solutions(name: str):
     if str(CHAPTERS) not in sys.path:
         sys.path.insert(0, str(CHAPTERS))
     return importlib.import_module(f"solutions.{name}")
+
+
+def finish(chapter: str, checks: dict) -> None:
+    """End a chapter: with --check-solutions, run each exercise's check on its reference solution, then say OK.
+
+    `checks` maps each check function to the names (space-separated) of what it takes from
+    chapters/solutions/<chapter>.py.
+    """
+    if CHECK_SOLUTIONS:
+        solutions = load_solutions(chapter)
+        for check, names in checks.items():
+            check(*(getattr(solutions, name) for name in names.split()))
+        print("solutions OK")
+    print(f"chapter {chapter[:2]} OK")

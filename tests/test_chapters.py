@@ -50,7 +50,7 @@ INTRODUCED = {
     "scale": 20, "shard": 20, "mpiexec_path": 20,
     "config": 21, "prepare_data": 21, "prepared_key": 21, "PREPARED_FORMAT": 21, "TOKENIZER_SAMPLE_SEED": 21,
     "train_flops": 21, "shared_data_dir": 21, "split_compounds": 21,
-    "trees": 22, "ptb": 22, "evalb": 22, "parse_eval": 22, "fit": 22, "translate_lines": 22,
+    "trees": 22, "treebank": 22, "evalb": 22, "scoring": 22, "fit": 22, "translate_lines": 22,
     "ablate": 23, "ablate_grid": 23, "ablate_report": 23,
 }
 LIBRARY_PACKAGES = ("minitensor", "transformer", "train")
@@ -123,9 +123,10 @@ def test_chapter_structure(chapter):
     solution = ROOT / "chapters" / "solutions" / chapter.name
     assert checks, "a chapter defines check_<name> functions for its code exercises"
     assert solution.is_file(), f"{solution.relative_to(ROOT)} is missing"
-    assert f'load_solutions("{chapter.stem}")' in text, "the chapter loads its own solutions file"
+    finish = re.search(rf'^finish\("{chapter.stem}", \{{(.*?)\}}\)$', text, flags=re.M | re.S)
+    assert finish, "the chapter ends with finish(<its name>, {check: solution names}), which runs its solutions"
     for check in checks:
-        assert re.search(rf"^\s+{check}\(solutions\.", text, flags=re.M), f"{check} is never run on the solutions"
+        assert re.search(rf"\b{check}: \"", finish.group(1)), f"{check} is never run on the solutions"
         assert re.search(rf"fails\({check},", text), f"{check} is never shown to reject a wrong answer"
     answers = {node.targets[0].id: node.value for node in ast.parse(solution.read_text(encoding="utf-8")).body
                if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)}

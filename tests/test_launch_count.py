@@ -1,6 +1,6 @@
 """Kernel launches and host syncs of a training step, counted without a GPU (backends/counting.py).
 
-The bound: one update (train.step.train_step: forward, label-smoothed loss, backward, Adam) of the
+The bound: one update (train.run.step.train_step: forward, label-smoothed loss, backward, Adam) of the
 Transformer-base structure (N = 6 layers a stack, h = 8 heads, the fused ops the configs train
 with) at a tiny width, counted as CuPy would run it. The counts do not depend on the width, so a
 change that adds launches or a device->host sync to the base step fails here, in CI.
@@ -15,11 +15,11 @@ import pytest
 
 from minitensor import optim
 from minitensor.backends.counting import CountingBackend
+from train.run.loss_scaler import DynamicLossScaler
+from train.run.step import train_step
 from transformer.config import TransformerConfig
 from transformer.loss import LabelSmoothingLoss
 from transformer.model import Transformer
-from train.loss_scaler import DynamicLossScaler
-from train.step import train_step
 
 BOUNDS = {"fp16": 1150, "bf16": 1150, "fp32": 1220}   # launches per step; syncs: 1
 BASE_STRUCTURE = dict(N=6, h=8, impl="fused", d_model=16, d_ff=32, vocab_size=40)   # Table 3 base, tiny width

@@ -12,11 +12,11 @@ import pytest
 import minitensor as mt
 from minitensor import optim
 from minitensor.dtypes import BF16
+from train.run.loss_scaler import DynamicLossScaler
+from train.run.step import check_ids, train_step
 from transformer.config import TransformerConfig
 from transformer.loss import LabelSmoothingLoss
 from transformer.model import Transformer
-from train.loss_scaler import DynamicLossScaler
-from train.step import check_ids, train_step
 
 V = 40
 

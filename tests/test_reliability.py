@@ -25,15 +25,14 @@ from hypothesis import given, settings, strategies as st
 
 import minitensor as mt
 import transformer.checkpoint as checkpoint_module
+from cli_helpers import ENV, ROOT, assert_one_line_error, run_cli
 from train import config as config_lib
 from train.config import RunConfig
 from train.errors import InputError
-from train.loop import fit
-from train.loss_scaler import DynamicLossScaler, LossScaleOverflowError
+from train.run.loop import fit
+from train.run.loss_scaler import DynamicLossScaler, LossScaleOverflowError
 from transformer.checkpoint import CheckpointError, latest_valid_checkpoint, list_checkpoints, load_checkpoint
 
-ROOT = Path(__file__).resolve().parents[1]
-ENV = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
 TINY = [
     "task.n_train=200", "task.n_valid=8", "task.n_test=8", "tokenizer.vocab_size=80",
     "model.N=1", "model.d_model=16", "model.d_ff=32", "model.h=2", "model.max_len=64",
@@ -48,22 +47,6 @@ def fit_cmd(run_dir: Path, *extra: str) -> list[str]:
     sets = [arg for item in TINY + list(extra) for arg in ("--set", item)]
     return [sys.executable, "-m", "train", "fit", "--config", str(ROOT / "configs" / "demo.toml"),
             "--run-dir", str(run_dir), "--no-progress", *sets]
-
-
-def run_cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "train", *args], input=stdin, capture_output=True, cwd=ROOT,
-                          env=ENV, timeout=300)
-
-
-def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str, status: int = 2) -> str:
-    stderr = result.stderr.decode()
-    assert result.returncode == status, stderr
-    lines = [line for line in stderr.splitlines() if line.strip() and not line.startswith("warning: ")]
-    assert len(lines) == 1 and lines[0].startswith("error: "), stderr
-    for fragment in fragments:
-        assert fragment in lines[0], f"{fragment!r} not in {lines[0]!r}"
-    assert "Traceback" not in stderr
-    return lines[0]
 
 
 def tiny_config(*extra: str) -> RunConfig:

@@ -3,13 +3,13 @@
     python -m train                                   the built-in demo, end to end (CPU, minutes)
     python -m train prepare --config configs/X.toml [--data-dir runs/prepared] [--workers N]
     python -m train fit --config configs/X.toml [--set k=v ...] [--run-dir DIR] [--data-dir DIR] [--force]
-                        [--reset-optimizer] [--patience N] [--backend numpy|numba|cupy|cpu|cuda]
+                        [--reset-optimizer] [--patience N] [--backend numpy|numba|cupy|cpu|cuda] [--tensorboard]
     python -m train translate --ckpt CKPT [--beam 4 --alpha 0.6] [--nbest K] < input.txt > output.txt
     python -m train translate --ckpt CKPT --input FILE --output FILE [--force]
     python -m train evaluate --ckpt CKPT --src SRC --ref REF      sacreBLEU + signature, chrF, paper BLEU
     python -m train average RUN_DIR [--last K] [--out PATH]        §6.1 checkpoint averaging
     python -m train plot RUN_DIR                                   PNG curves (+ attention heat-map)
-    python -m train export-tensorboard RUN_DIR                     metrics.jsonl as TensorBoard scalars
+    python -m train export-tensorboard RUN_DIR                     metrics.jsonl as TensorBoard scalars (fit --tensorboard: live)
     python -m train bench [--backend cpu|numpy|cuda] [--precision fp32|bf16|fp16]   one step, ours vs PyTorch
     python -m train scale [--backend cpu|cuda] [--step-ms MS] [--link nvlink4|pcie5|GBPS]   1-8 GPU projection
     python -m train doctor                                         versions, devices, backends
@@ -99,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="resume the weights but start Adam (moments, step, warm-up) afresh")
     fit.add_argument("--backend", default=None, help="numpy, numba, cupy, cpu or cuda (overrides train.backend)")
     fit.add_argument("--no-progress", action="store_true", help="no progress bar")
+    fit.add_argument("--tensorboard", action="store_true",
+                     help='also log every metric live to RUN_DIR/tensorboard (needs pip install -e ".[tb]")')
     _add_debug(fit)
 
     translate = commands.add_parser(
@@ -138,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       help="write RUN_DIR/metrics.jsonl as a TensorBoard event file")
     tensorboard.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     tensorboard.add_argument("--out", type=Path, default=None, help="folder for the event file "
-                                                                     "(default RUN_DIR/tensorboard)")
+                                                                     "(default RUN_DIR/tensorboard-export)")
     _add_debug(tensorboard)
 
     evalb = commands.add_parser("evalb", help="score trees against gold trees exactly as EVALB does (§6.3)")
@@ -199,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_debug(ablate)
     scale = commands.add_parser("scale", help="project the step time and efficiency on 1-8 GPUs (data parallel)",
                                 description="Measure the single-device step and the all-reduce bandwidth here, "
-                                            "then project data-parallel training on 1-8 devices (train/scale.py).")
+                                            "then project data-parallel training on 1-8 devices (train/experiments/scale.py).")
     scale.add_argument("--backend", default="cpu", help="cpu (Numba), numpy or cuda (default cpu)")
     scale.add_argument("--preset", choices=["cpu", "base"], default=None,
                        help="the model whose step is measured (default: base with --backend cuda, cpu otherwise)")

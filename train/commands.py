@@ -14,31 +14,33 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from train import checkpointing, config as config_lib
-from train.data import iter_lines, iter_parallel, write_atomic
+from train import config as config_lib
+from train.data.files import iter_lines, iter_parallel, write_atomic
 from train.errors import InputError
-from train.evaluate import corpus_scores
+from train.evaluate.scores import corpus_scores
+from train.run import checkpointing
 from train.threads import cpu_threads
 from transformer.checkpoint import CheckpointError, list_checkpoints
 
 
 def fit(args) -> int:
     """Train or resume; 0 when done or stopped by SIGINT/SIGTERM (resumable), 3 when the run diverged."""
-    from train import distributed
-    from train.faults import DivergedError
-    from train.loop import fit as run_fit
-    from train.loss_scaler import LossScaleOverflowError
+    from train.distributed import communicators
+    from train.run.faults import DivergedError
+    from train.run.loop import fit as run_fit
+    from train.run.loss_scaler import LossScaleOverflowError
 
     overrides = (list(args.set) + ([f"train.backend={args.backend}"] if args.backend else [])
                  + ([f"train.patience={args.patience}"] if args.patience is not None else []))
     run_config = config_lib.load(args.config, overrides)
     run_dir = args.run_dir if args.run_dir is not None else Path("runs") / run_config.name
-    comm = distributed.from_launcher(run_config.train.backend)  # under mpiexec: one rank per device
+    comm = communicators.from_launcher(run_config.train.backend)  # under mpiexec: one rank per device
     exit_codes = {InputError: 2, CheckpointError: 2, DivergedError: 3, LossScaleOverflowError: 3, KeyboardInterrupt: 130}
     try:
-        with distributed.abort_on_error(comm, exit_codes):  # many ranks: a failure anywhere ends the job
+        with communicators.abort_on_error(comm, exit_codes):  # many ranks: a failure anywhere ends the job
             result = run_fit(run_config, run_dir, force=args.force, reset_optimizer=args.reset_optimizer,
-                             progress=not args.no_progress, data_dir=args.data_dir, comm=comm)
+                             progress=not args.no_progress, data_dir=args.data_dir, comm=comm,
+                             tensorboard=args.tensorboard)
     except (DivergedError, LossScaleOverflowError) as err:  # the run, not the input: exit status 3
         if args.debug:
             raise
@@ -58,8 +60,8 @@ def fit(args) -> int:
 
 def prepare(args) -> int:
     """Prepare the data of a config (tokenizer + token ids) into the shared data directory, as `fit` would."""
-    from train.prepare import read_split
-    from train.prepared_data import prepare_data
+    from train.data.inputs import read_split
+    from train.data.store import prepare_data
 
     run_config = config_lib.load(args.config, list(args.set))
     data = prepare_data(run_config, args.data_dir, workers=args.workers, progress=sys.stderr.isatty())
@@ -100,7 +102,7 @@ def _load(args):
 
 def translate(args) -> int:
     """A file (--input) or stdin, line by line as it arrives; to --output or stdout."""
-    from train.translate import translate_lines, translate_stream
+    from train.evaluate.translate import translate_lines, translate_stream
 
     _check_decoding(args)
     if args.output is not None and args.output.exists() and not args.force:
@@ -131,13 +133,13 @@ def translate(args) -> int:
 
 
 def _read_all(stream) -> list[str]:
-    from train.translate import decode_line
+    from train.evaluate.translate import decode_line
 
     return [decode_line(raw, "<stdin>", number) for number, raw in enumerate(stream, start=1)]
 
 
 def evaluate(args) -> int:
-    from train.translate import translate_lines
+    from train.evaluate.translate import translate_lines
 
     _check_decoding(args)
     pairs = [(src, ref) for _, src, ref in iter_parallel(args.src, args.ref)]  # checks both files first
@@ -161,18 +163,18 @@ def average(args) -> int:
 
 
 def export_tensorboard(args) -> int:
-    """metrics.jsonl as TensorBoard event files (train/tensorboard.py)."""
-    from train.tensorboard import export_run
+    """metrics.jsonl as a TensorBoard event file (train/run/tensorboard.py), for runs logged without --tensorboard."""
+    from train.run.tensorboard import export_run
 
-    path, count = export_run(args.run_dir, args.out)
-    print(f"wrote {count} scalars to {path}; view with: tensorboard --logdir {path.parent}")
+    folder, count = export_run(args.run_dir, args.out)
+    print(f"wrote {count} scalars to {folder}; view with: tensorboard --logdir {folder}")
     return 0
 
 
 def plot(args) -> int:
     """Curves from metrics.jsonl; with a checkpoint, also the attention of one sentence and its translation."""
-    from train.plots import attention_for_sentence, plot_run
-    from train.translate import translate_lines
+    from train.evaluate.translate import translate_lines
+    from train.run.plots import attention_for_sentence, plot_run
 
     if not (args.run_dir / "metrics.jsonl").is_file():
         raise InputError(f"{args.run_dir}: no metrics.jsonl here; is it a run directory?")
@@ -194,7 +196,7 @@ def plot(args) -> int:
 
 def _recorded_file(run_dir: Path, name: str) -> Path | None:
     """A data file the run trained with (run_dir/prepared.json), e.g. "valid_src"; None if not recorded."""
-    from train.prepare import RECORD_FILE
+    from train.data.inputs import RECORD_FILE
 
     try:
         return Path(json.loads((run_dir / RECORD_FILE).read_text(encoding="utf-8"))["files"][name]["path"])
@@ -204,7 +206,7 @@ def _recorded_file(run_dir: Path, name: str) -> Path | None:
 
 def demo(run_dir: Path, overrides: list[str], force: bool, progress: bool, config_path: Path) -> int:
     """The built-in task end to end; prints test BLEU and example translations."""
-    from train.loop import fit as run_fit
+    from train.run.loop import fit as run_fit
 
     start = time.perf_counter()
     run_config = config_lib.load(config_path, overrides)
@@ -218,8 +220,8 @@ def demo(run_dir: Path, overrides: list[str], force: bool, progress: bool, confi
 
 def _demo_test(run_config, run_dir: Path, result) -> None:
     """Decode the test split with the averaged model, print scores and examples, write the plots."""
-    from train.plots import attention_for_sentence, plot_run
-    from train.translate import translate_ids
+    from train.evaluate.translate import translate_ids
+    from train.run.plots import attention_for_sentence, plot_run
 
     prepared, tokenizer = result.prepared, result.tokenizer
     last = run_config.train.average_last
@@ -247,8 +249,8 @@ def _demo_test(run_config, run_dir: Path, result) -> None:
 
 
 def bench(args) -> int:
-    """Time one training step, ours and the PyTorch peer's in the same run (train/bench.py)."""
-    from train import bench as bench_lib
+    """Time one training step, ours and the PyTorch peer's in the same run (train/experiments/bench.py)."""
+    from train.experiments import bench as bench_lib
 
     backend = args.backend
     preset = args.preset or ("base" if backend in ("cuda", "cupy", "gpu") else "cpu")
@@ -258,8 +260,8 @@ def bench(args) -> int:
 
 
 def scale(args) -> int:
-    """Project data-parallel training on 1-8 devices from a measured step and all-reduce (train/scale.py)."""
-    from train import scale as scale_lib
+    """Project data-parallel training on 1-8 devices from a measured step and all-reduce (train/experiments/scale.py)."""
+    from train.experiments import scale as scale_lib
 
     if args.allreduce_only:
         scale_lib.allreduce_only(args.backend, args.json)
@@ -284,7 +286,7 @@ def _is_positive_number(text: str) -> bool:
 
 def evalb(args) -> int:
     """EVALB's report for TEST against GOLD; its per-sentence errors go to stderr as evalb prints them."""
-    from train.evalb import COLLINS, EvalbParams, evaluate, read_lines
+    from train.parsing.evalb import COLLINS, EvalbParams, evaluate, read_lines
 
     params = EvalbParams.read(args.prm) if args.prm else COLLINS
     report = evaluate(read_lines(args.gold), read_lines(args.test), params, where=(str(args.gold), str(args.test)))
@@ -296,9 +298,9 @@ def evalb(args) -> int:
 
 def parse_eval(args) -> int:
     """Parse the gold trees' sentences (§6.3), score with EVALB, and print the right-branching baseline beside."""
-    from train import parse_eval as parsing
-    from train.evalb import COLLINS, EvalbParams
-    from train.translate import translate_lines
+    from train.evaluate.translate import translate_lines
+    from train.parsing import scoring as parsing
+    from train.parsing.evalb import COLLINS, EvalbParams
 
     _check_decoding(args)
     params = EvalbParams.read(args.prm) if args.prm else COLLINS
@@ -325,7 +327,7 @@ def parse_eval(args) -> int:
     reports = {"model": parsing.score(gold, parses, params),
                "right-branching": parsing.score(gold, parsing.baseline(gold), params)}
     print(f"EVALB ({args.prm.name if args.prm else 'COLLINS.prm settings'}) on the same {len(gold)} gold trees, "
-          f"gold POS tags on both systems' words (train/parse_eval.py says why)")
+          f"gold POS tags on both systems' words (train/parsing/scoring.py says why)")
     print(parsing.compare(reports))
     return 0
 
@@ -339,8 +341,8 @@ def doctor(args) -> int:
 
 
 def ablate(args) -> int:
-    """Table 3's variations of a config, trained (resuming) and set beside the paper (train/ablate.py)."""
-    from train import ablate as ablate_lib
+    """Table 3's variations of a config, trained (resuming) and set beside the paper (train/experiments/ablate.py)."""
+    from train.experiments import ablate as ablate_lib
 
     return ablate_lib.command(args)
 

@@ -36,13 +36,13 @@ BACKENDS = ("numpy", "numba", "cupy", "cpu", "cuda")
 class TaskConfig:
     """Where the sentence pairs come from.
 
-    kind = "builtin": train.tasks generates the number task into the run dir.
+    kind = "builtin": train.data.builtin_task generates the number task into the run dir.
     kind = "files": your own parallel files; `*_src`/`*_tgt` are paths (`.gz` is fine).
       A path starting with `shared:` is under the project's `../shared/data`,
       e.g. `shared:wmt_newstest/newstest2013.en` (the paper's dev set, §6.2).
     kind = "multi30k": Multi30k task 1 En-De from `../shared/data/multi30k`.
     kind = "ptb": §6.3 parsing, words -> linearised tree, from Penn Treebank `.mrg` files in
-      `treebank` (a .zip or a folder), split by file number (train/ptb.py).
+      `treebank` (a .zip or a folder), split by file number (train/parsing/treebank.py).
     """
 
     kind: str = "builtin"
@@ -160,7 +160,7 @@ class RunConfig:
         return dataclasses.replace(self, **changes)
 
 
-# [model] keys the tokenizer decides: the vocabulary and the special ids (train/tokenizer.py).
+# [model] keys the tokenizer decides: the vocabulary and the special ids (train/data/tokenizer.py).
 TOKENIZER_OWNED = ("vocab_size", "pad_id", "unk_id", "bos_id", "eos_id")
 
 

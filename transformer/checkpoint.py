@@ -1,22 +1,26 @@
-"""Checkpoints as safetensors files, written and read here: no pickle, no safetensors package.
+"""Checkpoints as safetensors files through the `safetensors` package, with integrity checks and atomic writes on top.
 
 Two layers: the file format (save_checkpoint / load_checkpoint of plain NumPy dicts,
 verified by sha256), and whole models on top of it (save_model / load_model /
 restore_optimizer). Checkpoint averaging follows §6.1 ("averaging the last 5 checkpoints").
 
-File layout (the safetensors format, https://github.com/huggingface/safetensors):
+The format (https://github.com/huggingface/safetensors) is the package's: an 8-byte header
+length, a JSON header {name: {dtype, shape, data_offsets}, "__metadata__": {str: str}}, then
+the tensors' little-endian bytes. Any safetensors reader (the package's NumPy and PyTorch
+loaders among them) reads our files. What we add:
 
-    8 bytes   little-endian uint64 N, the header's length
-    N bytes   JSON {name: {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]},
-                    "__metadata__": {str: str}}, padded with spaces to a multiple of 8
-    rest      the tensors' raw little-endian bytes, C order; offsets are relative to here
+- one metadata entry, "checkpoint": JSON {"metadata": <the caller's>, "sha256": {"tensors":
+  {name: digest of its bytes}, "header": digest of every name, dtype, shape and the metadata}}.
+  A flipped byte is blamed on the tensor that holds it; an edited shape or step, which still
+  parses, fails the header digest. One entry, because the format's metadata map has no order:
+  with one, the same tensors and metadata always give the same bytes.
+- atomic writes: path.tmp-<pid>, fsync, rename, fsync of the folder.
+- one-line CheckpointError naming the file and, where known, the tensor.
+- lazy reads: `load_checkpoint(path, select=...)` reads (and verifies) only the tensors asked for,
+  from a memory map: averaging or decoding never reads an optimizer's moments.
 
-`__metadata__` holds our metadata as JSON text under "json", plus "sha256" (hash of
-all tensor bytes), "sha256_tensors" (JSON {name: hash}) so that a bad byte is
-blamed on the tensor that holds it, and "sha256_header" (hash of every other header
-entry, canonical JSON) so that a changed digit in a shape or in the metadata, which
-still parses, is caught too. The API works on plain NumPy dicts; the model
-and optimizer convert their state to and from these.
+Files written by this module's earlier, hand-written writer (metadata entries "json", "sha256",
+"sha256_tensors", "sha256_header") still load and verify (tests/transformer/data/).
 """
 
 from __future__ import annotations
@@ -26,9 +30,12 @@ import json
 import os
 import re
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from safetensors import SafetensorError, safe_open
+from safetensors.numpy import save as serialize
 
 DTYPES = {
     "F16": np.dtype("<f2"),
@@ -37,11 +44,12 @@ DTYPES = {
     "I32": np.dtype("<i4"),
     "I64": np.dtype("<i8"),
     "U8": np.dtype("u1"),
+    "U16": np.dtype("<u2"),  # bf16 is stored as its 16 bits (minitensor.dtypes.BF16)
     "BOOL": np.dtype("?"),
 }
 _CODES = {dtype: code for code, dtype in DTYPES.items()}
 _CHECKPOINT_NAME = re.compile(r"ckpt_(\d+)\.safetensors")
-_MAX_HEADER = 100_000_000  # the reference reader's limit; a larger value means a corrupt file
+META_KEY = "checkpoint"
 
 
 class CheckpointError(ValueError):
@@ -53,8 +61,9 @@ def checkpoint_path(run_dir: str | Path, step: int) -> Path:
     return Path(run_dir) / f"ckpt_{step:08d}.safetensors"
 
 
-def _sha256(data) -> str:
-    return hashlib.sha256(data).hexdigest()
+def _sha256(array: np.ndarray) -> str:
+    """sha256 of a C-contiguous little-endian array's bytes, as they lie in the file."""
+    return hashlib.sha256(np.ascontiguousarray(array).reshape(-1).view(np.uint8)).hexdigest()
 
 
 def _little_endian(name: str, array: np.ndarray, path: Path) -> tuple[str, np.ndarray]:
@@ -64,39 +73,36 @@ def _little_endian(name: str, array: np.ndarray, path: Path) -> tuple[str, np.nd
     if code is None:
         supported = ", ".join(str(d) for d in DTYPES.values())
         raise CheckpointError(f"{path.name}: tensor {name!r} has dtype {array.dtype}, not one of {supported}")
-    return code, array.astype(DTYPES[code], copy=False)
+    return code, np.require(array.astype(DTYPES[code], copy=False), requirements="C")  # 0-d stays 0-d
+
+
+def _header_digest(layout: dict[str, tuple[str, tuple]], metadata: dict) -> str:
+    """sha256 over every tensor's name, dtype and shape and the caller's metadata, in canonical JSON."""
+    canonical = {"tensors": {name: [code, list(shape)] for name, (code, shape) in sorted(layout.items())},
+                 "metadata": metadata}
+    return hashlib.sha256(json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
 
 
 def save_checkpoint(path: str | Path, tensors: dict[str, np.ndarray], metadata: dict) -> None:
     """Write tensors and JSON-able metadata to path atomically (readers see the old file or the new one).
 
     Writes path.tmp-<pid>, fsyncs it, renames it onto path, then fsyncs the folder so the
-    rename itself survives a crash. Tensors are laid out sorted by name for stable files.
+    rename itself survives a crash.
     """
     path = Path(path)
-    names = sorted(tensors)
-    arrays, header, offset = [], {}, 0
-    for name in names:
-        code, array = _little_endian(name, tensors[name], path)
-        header[name] = {"dtype": code, "shape": list(array.shape), "data_offsets": [offset, offset + array.nbytes]}
-        arrays.append(array.tobytes(order="C"))
-        offset += array.nbytes
-    header["__metadata__"] = {
-        "json": json.dumps(metadata, sort_keys=True),
-        "sha256": _sha256(b"".join(arrays)),
-        "sha256_tensors": json.dumps({name: _sha256(data) for name, data in zip(names, arrays)}),
-    }
-    header["__metadata__"]["sha256_header"] = _header_digest(header)
-    header_bytes = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    header_bytes += b" " * (-len(header_bytes) % 8)  # pad so the tensor bytes start 8-aligned
+    arrays, layout = {}, {}
+    for name in sorted(tensors):
+        code, arrays[name] = _little_endian(name, tensors[name], path)
+        layout[name] = (code, arrays[name].shape)
+    integrity = {"tensors": {name: _sha256(array) for name, array in arrays.items()},
+                 "header": _header_digest(layout, metadata)}
+    entry = json.dumps({"metadata": metadata, "sha256": integrity}, sort_keys=True)
+    data = serialize(arrays, metadata={META_KEY: entry})
 
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
-            f.write(len(header_bytes).to_bytes(8, "little"))
-            f.write(header_bytes)
-            for data in arrays:
-                f.write(data)
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -104,13 +110,6 @@ def save_checkpoint(path: str | Path, tensors: dict[str, np.ndarray], metadata: 
         if tmp.exists():
             tmp.unlink()
     _fsync_dir(path.parent)
-
-
-def _header_digest(header: dict) -> str:
-    """sha256 of the header in canonical JSON, without the digest itself."""
-    meta = {k: v for k, v in header.get("__metadata__", {}).items() if k != "sha256_header"}
-    canonical = dict(header, __metadata__=meta)
-    return _sha256(json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode("utf-8"))
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -123,89 +122,97 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def _read_header(path: Path, buf: bytearray) -> tuple[dict, int]:
-    """(header dict, absolute offset where tensor bytes start); CheckpointError if malformed."""
-    name = path.name
-    if len(buf) < 8:
-        raise CheckpointError(f"{name}: file has {len(buf)} bytes, too short for the 8-byte header length")
-    n = int.from_bytes(buf[:8], "little")
-    if n > _MAX_HEADER or 8 + n > len(buf):
-        raise CheckpointError(f"{name}: header claims {n} bytes but the file has {len(buf)} bytes")
-    try:
-        header = json.loads(bytes(buf[8 : 8 + n]).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{name}: header is not valid JSON ({err})") from None
-    if not isinstance(header, dict):
-        raise CheckpointError(f"{name}: header is a JSON {type(header).__name__}, expected an object")
-    return header, 8 + n
-
-
-def _tensor_view(path: Path, buf: bytearray, start: int, name: str, info) -> np.ndarray:
-    """The tensor `name` as an array over buf, after checking its entry against the file."""
-    where = f"{path.name}: tensor {name!r}"
-    if not isinstance(info, dict) or info.get("dtype") not in DTYPES:
-        raise CheckpointError(f"{where} has a bad header entry or unsupported dtype: {info!r}")
-    try:
-        shape = tuple(int(d) for d in info["shape"])
-        begin, end = (int(x) for x in info["data_offsets"])
-    except (KeyError, TypeError, ValueError):
-        raise CheckpointError(f"{where} has a bad header entry {info!r}") from None
-    dtype, size = DTYPES[info["dtype"]], int(np.prod(shape))
-    if any(d < 0 for d in shape) or not 0 <= begin <= end:
-        raise CheckpointError(f"{where} has a bad shape {shape} or offsets {begin}..{end}")
-    if end - begin != dtype.itemsize * size:
-        raise CheckpointError(f"{where} has shape {shape} of {info['dtype']} but spans {end - begin} bytes")
-    if start + end > len(buf):
-        raise CheckpointError(
-            f"{where} needs bytes {start + begin}..{start + end} but the file has {len(buf)} bytes"
-        )
-    if size == 0:
-        return np.zeros(shape, dtype)
-    array = np.frombuffer(buf, dtype=dtype, count=size, offset=start + begin).reshape(shape)
-    return array if array.flags.aligned else array.copy()  # unaligned views are slow to compute on
-
-
-def _verify(path: Path, buf: bytearray, start: int, header: dict, raw_meta: dict) -> None:
-    """Compare stored hashes with the bytes; blame the first tensor whose bytes changed."""
-    if "sha256" not in raw_meta:  # a file from another writer: nothing to verify against
-        return
-    if _sha256(memoryview(buf)[start:]) == raw_meta["sha256"]:
-        return
-    per_tensor = json.loads(raw_meta.get("sha256_tensors", "{}"))
-    for name, digest in sorted(per_tensor.items()):
-        begin, end = header.get(name, {}).get("data_offsets", (0, 0))
-        if _sha256(memoryview(buf)[start + begin : start + end]) != digest:
-            raise CheckpointError(f"{path.name}: tensor {name!r} fails its sha256 check (bytes changed)")
-    raise CheckpointError(f"{path.name}: tensor bytes fail their sha256 check (extra or missing bytes)")
-
-
-def load_checkpoint(path: str | Path, verify: bool = True) -> tuple[dict[str, np.ndarray], dict]:
+def load_checkpoint(path: str | Path, verify: bool = True,
+                    select: Callable[[str], bool] | None = None) -> tuple[dict[str, np.ndarray], dict]:
     """Read (tensors, metadata) written by save_checkpoint (or any safetensors file in DTYPES).
 
-    Arrays are writable views into one buffer holding the file. With verify=True the stored
-    sha256 hashes are checked. Raises CheckpointError naming the file and tensor on any problem.
+    Only the tensors whose names pass `select` (all by default) are read, from a memory map.
+    Arrays are writable copies. With verify=True the stored sha256 digests of the header and of
+    every tensor read are checked. Raises CheckpointError naming the file and tensor on any problem.
     """
     path = Path(path)
-    with open(path, "rb") as f:
-        buf = bytearray(f.read())
-    header, start = _read_header(path, buf)
-    raw_meta = header.get("__metadata__") or {}
-    if not isinstance(raw_meta, dict):
-        raise CheckpointError(f"{path.name}: __metadata__ is not a JSON object")
-    if verify and "sha256_header" in raw_meta and _header_digest(header) != raw_meta["sha256_header"]:
-        raise CheckpointError(f"{path.name}: header fails its sha256 check (a shape, offset or metadata changed)")
-    header.pop("__metadata__", None)
-    tensors = {name: _tensor_view(path, buf, start, name, info) for name, info in sorted(header.items())}
-    if verify:
-        _verify(path, buf, start, header, raw_meta)
-    if "json" in raw_meta:
-        try:
-            metadata = json.loads(raw_meta["json"])
-        except json.JSONDecodeError as err:
-            raise CheckpointError(f"{path.name}: __metadata__['json'] is not valid JSON ({err})") from None
-    else:
-        metadata = dict(raw_meta)
+    try:
+        with safe_open(path, framework="numpy") as f:
+            raw_meta = f.metadata() or {}
+            layout = {name: (f.get_slice(name).get_dtype(), tuple(f.get_slice(name).get_shape()))
+                      for name in f.keys()}
+            tensors = {name: f.get_tensor(name) for name in sorted(layout) if select is None or select(name)}
+    except SafetensorError as err:
+        raise CheckpointError(_why_unreadable(path, err)) from None
+    for name, (code, _) in layout.items():
+        if code not in DTYPES:
+            raise CheckpointError(f"{path.name}: tensor {name!r} has dtype {code}, not one of {', '.join(DTYPES)}")
+    metadata, digests, header_ok = _integrity(path, raw_meta, layout)
+    if verify and digests is not None:
+        if not header_ok:
+            raise CheckpointError(f"{path.name}: header fails its sha256 check (a shape, offset or metadata changed)")
+        for name, array in tensors.items():
+            if _sha256(array) != digests.get(name):
+                raise CheckpointError(f"{path.name}: tensor {name!r} fails its sha256 check (bytes changed)")
     return tensors, metadata
+
+
+def _integrity(path: Path, raw_meta: dict, layout: dict) -> tuple[dict, dict | None, bool]:
+    """(the caller's metadata, each tensor's stored digest, whether the header matches its digest).
+
+    The digests are None for a file from another writer: nothing to verify against.
+    """
+    try:
+        if META_KEY in raw_meta:
+            entry = json.loads(raw_meta[META_KEY])
+            stored = entry["sha256"]
+            return entry["metadata"], stored["tensors"], stored["header"] == _header_digest(layout, entry["metadata"])
+        metadata = json.loads(raw_meta["json"]) if "json" in raw_meta else dict(raw_meta)
+        if "sha256_tensors" not in raw_meta:
+            return metadata, None, True
+        return metadata, json.loads(raw_meta["sha256_tensors"]), _legacy_header_ok(path)
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise CheckpointError(f"{path.name}: its metadata is not this tool's ({type(err).__name__}: {err})") from None
+
+
+def _legacy_header_ok(path: Path) -> bool:
+    """The hand-written writer's header digest: the header as it lies in the file, less the digest itself."""
+    header = _raw_header(path)
+    meta = dict(header.get("__metadata__", {}))
+    stored = meta.pop("sha256_header", None)
+    canonical = json.dumps(dict(header, __metadata__=meta), sort_keys=True, separators=(",", ":"))
+    return stored is None or stored == hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def _raw_header(path: Path) -> dict:
+    """The JSON header as it lies in the file (for messages and old files); CheckpointError if malformed."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise CheckpointError(f"{path.name}: file has {size} bytes, too short for the 8-byte header length")
+        n = int.from_bytes(head, "little")
+        if 8 + n > size:
+            raise CheckpointError(f"{path.name}: header claims {n} bytes but the file has {size} bytes")
+        try:
+            header = json.loads(f.read(n).decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise CheckpointError(f"{path.name}: header is not valid JSON ({err})") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path.name}: header is a JSON {type(header).__name__}, expected an object")
+    return header
+
+
+def _why_unreadable(path: Path, err: SafetensorError) -> str:
+    """One line on why the safetensors reader refused the file, naming the tensor where one is at fault."""
+    header = _raw_header(path)  # raises itself for a short file, a cut header or bad JSON
+    start, size = 8 + int.from_bytes(path.read_bytes()[:8], "little"), path.stat().st_size
+    for name, info in sorted(header.items(), key=lambda item: str(item[1])):
+        if name == "__metadata__" or not isinstance(info, dict):
+            continue
+        begin, end = info.get("data_offsets", (0, 0))
+        dtype = DTYPES.get(info.get("dtype"))
+        if dtype is not None and end - begin != dtype.itemsize * int(np.prod(info.get("shape", ()))):
+            return (f"{path.name}: tensor {name!r} has shape {tuple(info['shape'])} of {info['dtype']} "
+                    f"but spans {end - begin} bytes")
+        if start + end > size:
+            return f"{path.name}: tensor {name!r} needs bytes {start + begin}..{start + end} but the file has {size} bytes"
+    return f"{path.name}: not a readable safetensors file ({err})"
 
 
 def check_shapes(expected: dict[str, tuple], tensors: dict[str, np.ndarray], path: str | Path) -> None:
@@ -223,21 +230,22 @@ def check_shapes(expected: dict[str, tuple], tensors: dict[str, np.ndarray], pat
         raise CheckpointError(f"{name}: " + "; ".join(problems[:3]) + more)
 
 
-def average_checkpoints(paths: list[str | Path]) -> tuple[dict[str, np.ndarray], dict]:
+def average_checkpoints(paths: list[str | Path],
+                        select: Callable[[str], bool] | None = None) -> tuple[dict[str, np.ndarray], dict]:
     """§6.1: element-wise mean of the float tensors of several checkpoints, and the last one's metadata.
 
     Sums in float64 and casts back to each tensor's dtype. Integer and bool tensors
     (step counters, masks) are not averaged: they are taken from the last file.
-    All files must hold the same names, shapes and dtypes.
+    All files must hold the same names, shapes and dtypes; only the tensors passing `select` are read.
     """
     paths = [Path(p) for p in paths]
     if not paths:
         raise CheckpointError("average_checkpoints: no checkpoint files given")
-    first, metadata = load_checkpoint(paths[0])
+    first, metadata = load_checkpoint(paths[0], select=select)
     sums = {k: v.astype(np.float64) for k, v in first.items() if np.issubdtype(v.dtype, np.floating)}
     last = first
     for path in paths[1:]:
-        tensors, metadata = load_checkpoint(path)
+        tensors, metadata = load_checkpoint(path, select=select)
         for k in sorted(first.keys() | tensors.keys()):
             if k not in tensors:
                 raise CheckpointError(f"{path.name}: tensor {k!r} is missing (it is in {paths[0].name})")
@@ -285,6 +293,11 @@ MODEL_FORMAT = "transformer-model/1"
 OPTIMIZER_PREFIX = "optimizer."
 
 
+def is_weight(name: str) -> bool:
+    """A model parameter's entry, not Adam's state: what decoding and averaging read."""
+    return not name.startswith(OPTIMIZER_PREFIX)
+
+
 def save_model(path, model, optimizer=None, metadata: dict | None = None) -> None:
     """Write the model's parameters, its config (as JSON metadata) and optionally Adam's state to `path`."""
     tensors = model.state_dict()
@@ -307,7 +320,7 @@ def load_model(path, backend="numpy", vocab_size: int | None = None, precision: 
     from .model import Transformer
 
     path = Path(path)
-    tensors, metadata = load_checkpoint(path)
+    tensors, metadata = load_checkpoint(path, select=is_weight)
     if "config" not in metadata:
         raise CheckpointError(f"{path.name}: no 'config' in the metadata (not written by save_model?)")
     try:

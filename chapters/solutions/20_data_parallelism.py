@@ -26,7 +26,7 @@ def recursive_doubling_all_reduce(arrays):
     return held, sent, steps
 
 
-PREDICT = """Exercise 1. 213M parameters in fp32 are ~855 MB of gradient (train.scale.parameter_count gives
+PREDICT = """Exercise 1. 213M parameters in fp32 are ~855 MB of gradient (train.experiments.scale.parameter_count gives
 214,245,376 for TransformerConfig.big(): 857 MB). With the ring on 8 GPUs each GPU sends 2(n − 1)/n = 1.75 times
 that: ~1.5 GB per update. At 64 GB/s of bus bandwidth that is ~23 ms (plus 35 calls × 40 µs of latency for
 25 MB buckets, ~1.4 ms), against a big-model step of several hundred ms on an H100, so most of it hides under

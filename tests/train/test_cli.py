@@ -1,39 +1,19 @@
 """`python -m train` as a user runs it: --help everywhere, one-line errors with file and line, exit codes."""
 
-import os
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from cli_helpers import ROOT, assert_one_line_error, run_cli
 from train.__main__ import build_parser
+from transformer.checkpoint import save_model
 from transformer.config import TransformerConfig
 from transformer.model import Transformer
-from transformer.checkpoint import save_model
 
-ROOT = Path(__file__).resolve().parents[2]
 COMMANDS = ["demo", "prepare", "fit", "translate", "evaluate", "average", "plot", "export-tensorboard", "doctor",
             "bench", "ablate", "scale", "evalb", "parse-eval"]
-
-
-def run_cli(*args: str, stdin: bytes = b"", cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-m", "train", *args], input=stdin, capture_output=True,
-                          cwd=cwd, env=env, timeout=300)
-
-
-def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> str:
-    stderr = result.stderr.decode()
-    assert result.returncode == 2, stderr
-    lines = [line for line in stderr.splitlines() if line.strip() and not line.startswith("warning: ")]
-    assert len(lines) == 1 and lines[0].startswith("error: "), stderr
-    for fragment in fragments:
-        assert fragment in lines[0], f"{fragment!r} not in {lines[0]!r}"
-    assert "Traceback" not in stderr
-    return lines[0]
 
 
 def test_every_command_has_help():
@@ -114,7 +94,7 @@ def test_fit_never_overwrites_an_existing_directory(tmp_path):
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """A checkpoint for a 50-word vocabulary, and tokenizers with 50 and with another size."""
-    from train.tokenizer import Tokenizer
+    from train.data.tokenizer import Tokenizer
 
     folder = tmp_path_factory.mktemp("ckpt")
     words = " ".join(f"w{i}" for i in range(200))

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from train.metrics import read_metrics
+from train.run.metrics import read_metrics
 from transformer.checkpoint import list_checkpoints
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""transformer/checkpoint.py: our safetensors writer/reader, checks, averaging (§6.1), discovery."""
+"""transformer/checkpoint.py: safetensors files with our integrity checks, averaging (§6.1), discovery, old files."""
 
 import json
 import os
@@ -8,6 +8,7 @@ import pytest
 
 from transformer.checkpoint import (
     DTYPES,
+    META_KEY,
     CheckpointError,
     average_checkpoints,
     check_shapes,
@@ -28,6 +29,7 @@ def all_dtype_tensors(rng: np.random.Generator) -> dict[str, np.ndarray]:
         "ints32": rng.integers(-(2**31), 2**31 - 1, size=(3,), dtype=np.int32),
         "ints64": rng.integers(-(2**62), 2**62, size=(2, 2), dtype=np.int64),
         "bytes": rng.integers(0, 256, size=(5,), dtype=np.uint8),  # 5 bytes: shifts later offsets
+        "bf16_bits": rng.integers(0, 2**16, size=(3,), dtype=np.uint16),
         "mask": rng.random((3, 3)) < 0.5,
         "scalar": np.array(3.5, dtype=np.float64),
         "step": np.array(12345, dtype=np.int64),
@@ -69,17 +71,32 @@ def test_unsupported_dtype_names_tensor(tmp_path):
         save_checkpoint(tmp_path / "c.safetensors", {"z": np.zeros(2, complex)}, {})
 
 
-def test_header_layout(tmp_path):
+def test_one_metadata_entry_holds_ours_and_the_digests(tmp_path):
     path = tmp_path / "c.safetensors"
     save_checkpoint(path, {"b": np.ones(3, np.float32), "a": np.ones(2, np.uint8)}, {"k": 1})
     raw = path.read_bytes()
     n = int.from_bytes(raw[:8], "little")
-    assert n % 8 == 0
     header = json.loads(raw[8 : 8 + n])
-    assert header["a"] == {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]}  # sorted by name
-    assert header["b"] == {"dtype": "F32", "shape": [3], "data_offsets": [2, 14]}
-    assert json.loads(header["__metadata__"]["json"]) == {"k": 1}
+    assert list(header["__metadata__"]) == [META_KEY]
+    entry = json.loads(header["__metadata__"][META_KEY])
+    assert entry["metadata"] == {"k": 1}
+    assert sorted(entry["sha256"]["tensors"]) == ["a", "b"] and len(entry["sha256"]["header"]) == 64
+    assert header["a"]["dtype"] == "U8" and header["b"] == {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]}
     assert len(raw) == 8 + n + 14
+
+
+def test_only_the_selected_tensors_are_read_and_verified(tmp_path):
+    path = tmp_path / "c.safetensors"
+    tensors = {"a.w": np.arange(8, dtype=np.float32), "optimizer.m.a.w": np.zeros(8, np.float32)}
+    save_checkpoint(path, tensors, {})
+    raw = bytearray(path.read_bytes())
+    start = 8 + int.from_bytes(raw[:8], "little")
+    raw[start + 32 + 1] ^= 0x01  # a byte of 'optimizer.m.a.w' (sorted after 'a.w', bytes 32..64)
+    path.write_bytes(bytes(raw))
+    got, _ = load_checkpoint(path, select=lambda name: not name.startswith("optimizer."))
+    assert list(got) == ["a.w"] and got["a.w"].tolist() == list(range(8))
+    with pytest.raises(CheckpointError, match="tensor 'optimizer.m.a.w' fails its sha256 check"):
+        load_checkpoint(path)
 
 
 def test_reference_reader_loads_our_file(tmp_path):
@@ -91,7 +108,16 @@ def test_reference_reader_loads_our_file(tmp_path):
     assert_same_tensors(safetensors_numpy.load_file(path), tensors)
     with safetensors.safe_open(path, framework="np") as f:
         assert list(f.keys()) == sorted(tensors)
-        assert json.loads(f.metadata()["json"]) == {"step": 7}
+        assert json.loads(f.metadata()[META_KEY])["metadata"] == {"step": 7}
+
+
+def test_pytorch_reads_our_file(tmp_path):
+    torch = pytest.importorskip("torch")
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+    tensors = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "step": np.array(3, np.int64)}
+    save_checkpoint(tmp_path / "ours.safetensors", tensors, {"step": 3})
+    got = safetensors_torch.load_file(tmp_path / "ours.safetensors")
+    assert torch.equal(got["w"], torch.arange(6, dtype=torch.float32).reshape(2, 3)) and int(got["step"]) == 3
 
 
 def test_file_from_reference_writer_loads_with_ours(tmp_path):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from minitensor.optim import Adam, NoamSchedule
-from train.step import train_step
+from train.run.step import train_step
 from transformer import LabelSmoothingLoss, Transformer, TransformerConfig
 
 from transformer_helpers import random_ids

@@ -1,4 +1,6 @@
 """transformer/checkpoint.py, whole models: checkpoints (parameters, config, Adam state) and their errors."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -84,3 +86,34 @@ def test_missing_config_or_optimizer_state_is_an_error(tmp_path):
     save_model(path, model)
     with pytest.raises(CheckpointError, match="no optimizer state"):
         restore_optimizer(path, load_checkpoint(path)[0], Adam(model.named_parameters()))
+
+
+# A file written by the hand-written safetensors writer this module used before the `safetensors`
+# package (git show f0db83e:transformer/checkpoint.py): N 1, d_model 4, h 2, d_ff 8, vocab 7, one Adam step.
+LEGACY = Path(__file__).parent / "data" / "hand_written_writer.checkpoint"  # a safetensors file
+LEGACY_INPUTS = ([[6, 5, 5, 4], [4, 4, 4, 4]], [[4, 6, 5, 6], [5, 5, 6, 6]])
+LEGACY_LOGITS_00 = [-0.427862, 0.067471, 0.07809, 1.136698, 0.409104, 1.319328, -0.364719]  # printed when written
+
+
+def test_a_checkpoint_written_before_the_safetensors_package_still_loads():
+    model, config, metadata = load_model(LEGACY, backend="numpy")
+    assert (config.N, config.d_model, config.vocab_size) == (1, 4, 7)
+    assert metadata["step"] == 1 and metadata["note"].startswith("hand-written writer")
+    src, tgt = (np.array(x) for x in LEGACY_INPUTS)
+    np.testing.assert_allclose(model(src, tgt).numpy()[0, 0], LEGACY_LOGITS_00, atol=2e-6)
+    optimizer = Adam(model.named_parameters(), lr=1e-2)
+    restore_optimizer(LEGACY, load_checkpoint(LEGACY)[0], optimizer)
+    assert optimizer.step_count == 1
+
+
+def test_an_old_file_is_still_verified(tmp_path):
+    raw = bytearray(LEGACY.read_bytes())
+    flipped = tmp_path / "flipped.safetensors"
+    flipped.write_bytes(bytes(raw[:-3]) + bytes([raw[-3] ^ 1]) + bytes(raw[-2:]))  # a byte of the last tensor
+    with pytest.raises(CheckpointError, match=r"^flipped.safetensors: tensor '.*' fails its sha256 check"):
+        load_checkpoint(flipped)
+    edited = tmp_path / "edited.safetensors"
+    edited.write_bytes(bytes(raw).replace(b'step\\": 1}', b'step\\": 9}'))
+    assert edited.read_bytes() != bytes(raw)
+    with pytest.raises(CheckpointError, match=r"^edited.safetensors: header fails its sha256 check"):
+        load_checkpoint(edited)

@@ -1,0 +1,125 @@
+"""`translate` as a user scripts it: files in and out, a line in gives a line out at once, n-best lists."""
+
+import os
+import subprocess
+import sys
+import threading
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from train.evaluate.translate import translate_lines, translate_stream
+from transformer.checkpoint import save_model
+from transformer.config import TransformerConfig
+from transformer.model import Transformer
+
+ROOT = Path(__file__).resolve().parents[3]
+ENV = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+LINES = ["w1 w2 w3", "", "w7 w8"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """(checkpoint, model, tokenizer): an untrained model with its tokenizer beside it, as in a run directory."""
+    from train.data.tokenizer import Tokenizer
+
+    folder = tmp_path_factory.mktemp("run")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tokenizer = Tokenizer.train([" ".join(f"w{i}" for i in range(200))] * 5, folder / "tokenizer", vocab_size=40)
+    config = TransformerConfig.tiny(vocab_size=tokenizer.vocab_size, N=1, d_model=16, d_ff=16, h=2)
+    model = Transformer(config, np.random.default_rng(0))
+    path = folder / "ckpt_00000001.safetensors"
+    save_model(path, model, metadata={"tokenizer_hash": tokenizer.model_hash})
+    model.eval()
+    return path, model, tokenizer
+
+
+def cli(*args, stdin: bytes = b"") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "train", "translate", *args], input=stdin, capture_output=True,
+                          cwd=ROOT, env=ENV, timeout=300)
+
+
+def test_translate_non_utf8_and_empty_stdin(run):
+    ckpt, _, _ = run
+    for stdin, message in ((b"ok\n\xfe\n", b"error: <stdin>:2: not valid UTF-8"),
+                           (b"", b"error: <stdin>: empty input, nothing to translate")):
+        done = cli("--ckpt", str(ckpt), stdin=stdin)
+        assert done.returncode == 2 and done.stderr.strip().splitlines() == [message], done.stderr.decode()
+
+
+def test_input_and_output_files_never_overwrite_without_force(run, tmp_path):
+    ckpt, model, tokenizer = run
+    source, out = tmp_path / "in.txt", tmp_path / "out.txt"
+    source.write_text("".join(line + "\n" for line in LINES), encoding="utf-8")
+    done = cli("--ckpt", str(ckpt), "--input", str(source), "--output", str(out), "--beam", "2")
+    assert done.returncode == 0, done.stderr.decode()
+    expected = translate_lines(model, tokenizer, LINES, beam=2)
+    assert out.read_text(encoding="utf-8").splitlines() == expected and expected[1] == ""
+    out.write_text("mine")
+    refused = cli("--ckpt", str(ckpt), "--input", str(source), "--output", str(out))
+    assert refused.returncode == 2 and b"exists; pass --force" in refused.stderr
+    assert out.read_text() == "mine"
+    forced = cli("--ckpt", str(ckpt), "--input", str(source), "--output", str(out), "--beam", "2", "--force")
+    assert forced.returncode == 0 and out.read_text(encoding="utf-8").splitlines() == expected
+
+
+def test_a_line_in_gives_a_line_out_before_the_input_ends(run):
+    ckpt, model, tokenizer = run
+    proc = subprocess.Popen([sys.executable, "-m", "train", "translate", "--ckpt", str(ckpt), "--beam", "1"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, env=ENV)
+    got = []
+
+    def read_one_line():
+        got.append(proc.stdout.readline().decode("utf-8"))
+    try:
+        for line in ("w1 w2 w3", ""):
+            proc.stdin.write(line.encode() + b"\n")
+            proc.stdin.flush()                               # stdin stays open: the program cannot wait for its end
+            reader = threading.Thread(target=read_one_line)
+            reader.start()
+            reader.join(timeout=300)                         # a hang guard only
+            assert not reader.is_alive(), "no output line before the input ended"
+        proc.stdin.close()
+        assert proc.wait(timeout=300) == 0, proc.stderr.read().decode()
+        assert proc.stdout.read() == b""
+    finally:
+        proc.kill()
+    assert got == [translate_lines(model, tokenizer, ["w1 w2 w3"], beam=1)[0] + "\n", "\n"]
+
+
+def test_translate_stream_batches_only_what_has_arrived(run):
+    _, model, tokenizer = run
+    chunks = [b"w1 w2\nw3", b" w4\n\nw5", b""]  # lines split across reads, the last without a newline
+    written = []
+    n = translate_stream(model, tokenizer, lambda size: chunks.pop(0), written.append, beam=1)
+    lines = "".join(written).splitlines()
+    assert n == 4 and lines == translate_lines(model, tokenizer, ["w1 w2", "w3 w4", "", "w5"], beam=1)
+
+
+def test_nbest_lists_with_scores(run):
+    ckpt, model, tokenizer = run
+    done = cli("--ckpt", str(ckpt), "--beam", "3", "--nbest", "3", stdin="".join(f"{x}\n" for x in LINES).encode())
+    assert done.returncode == 0, done.stderr.decode()
+    records = [line.split("\t") for line in done.stdout.decode().splitlines()]
+    by_line = {}
+    for number, score, text in records:
+        by_line.setdefault(int(number), []).append((float(score), text))
+    assert sorted(by_line) == [1, 2, 3] and by_line[2] == [(0.0, "")]  # an empty line: one empty record
+    best = translate_lines(model, tokenizer, LINES, beam=3)
+    for number in (1, 3):
+        hyps = by_line[number]
+        assert 1 <= len(hyps) <= 3 and hyps[0][1] == best[number - 1]  # the 1-best is what translate prints
+        assert [s for s, _ in hyps] == sorted((s for s, _ in hyps), reverse=True) and hyps[0][0] < 0
+    refused = cli("--ckpt", str(ckpt), "--beam", "2", "--nbest", "3", stdin=b"w1\n")
+    assert refused.returncode == 2 and b"--nbest must be between 1 and --beam (2), got 3" in refused.stderr
+
+
+def test_progress_callback_counts_every_sentence(run):
+    _, model, tokenizer = run
+    seen = []
+    translate_lines(model, tokenizer, [f"w{i} w{i + 1}" for i in range(30)] + [""], beam=1, max_tokens=20,
+                    on_batch=seen.append)
+    assert sum(seen) == 30 and len(seen) > 1  # several batches; the empty line is not decoded

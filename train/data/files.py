@@ -1,0 +1,173 @@
+"""Reading parallel text: plain files, gzip, shared test sets.
+
+§5.1 trains on WMT 2014 En-De, about 4.5M sentence pairs. `iter_parallel`
+streams a corpus pair by pair (train/data/corpus.py tokenizes WMT-size corpora
+that way); `read_parallel` loads a small one (dev and test sets, Multi30k) as
+Python strings, skipping empty pairs and, optionally, pairs that are too long.
+
+Files are UTF-8, one sentence a line; a name ending in `.gz` is read through
+gzip. Every problem with the input raises `InputError` naming the file (and the
+line, where there is one). Lines are stripped of surrounding whitespace.
+
+"""
+
+import gzip
+import os
+import resource
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from itertools import zip_longest
+from pathlib import Path
+
+from train.errors import InputError
+
+
+def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """Yield (line_number, stripped_text), line numbers from 1; `.gz` is decompressed.
+
+    Bytes are decoded line by line, so a bad byte is reported with its line.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: file not found")
+    opener = gzip.open if path.name.endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:
+            for number, raw in enumerate(f, start=1):
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise InputError(f"{path}:{number}: not valid UTF-8") from None
+                yield number, text.strip()
+    except (gzip.BadGzipFile, EOFError) as err:
+        raise InputError(f"{path}: not a readable gzip file ({err})") from None
+
+
+def count_lines(path: str | Path, block: int = 1 << 24) -> int:
+    """How many lines `iter_lines` would yield (a last line without a newline counts), read in blocks."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: file not found")
+    opener = gzip.open if path.name.endswith(".gz") else open
+    n, last = 0, b"\n"
+    try:
+        with opener(path, "rb") as f:
+            while data := f.read(block):
+                n += data.count(b"\n")
+                last = data[-1:]
+    except (gzip.BadGzipFile, EOFError) as err:
+        raise InputError(f"{path}: not a readable gzip file ({err})") from None
+    return n + (last != b"\n")
+
+
+def iter_parallel(src_path: str | Path, tgt_path: str | Path) -> Iterator[tuple[int, str, str]]:
+    """Yield (line_number, source, target) for two files that must have equal line counts."""
+    n_src = n_tgt = 0
+    for src, tgt in zip_longest(iter_lines(src_path), iter_lines(tgt_path)):
+        n_src += src is not None
+        n_tgt += tgt is not None
+        if src is not None and tgt is not None:
+            yield src[0], src[1], tgt[1]
+    if n_src == 0 or n_tgt == 0:
+        raise InputError(f"{src_path if n_src == 0 else tgt_path}: empty file")
+    if n_src != n_tgt:
+        raise InputError(f"{src_path} has {n_src} lines but {tgt_path} has {n_tgt}; "
+                         "parallel files must have one sentence a line, line for line")
+
+
+@dataclass(frozen=True)
+class ReadStats:
+    """What reading kept and dropped (printed by the CLI so nothing is lost silently)."""
+
+    n_lines: int  # lines in each file
+    n_empty: int  # pairs skipped because the source or the target line was empty
+    n_too_long: int  # pairs dropped because a side had more than max_len tokens
+    n_kept: int
+
+
+def whitespace_count(text: str) -> int:
+    return len(text.split())
+
+
+def read_parallel(src_path: str | Path, tgt_path: str | Path, max_len: int | None = None,
+                  count_tokens: Callable[[str], int] = whitespace_count,
+                  ) -> tuple[list[tuple[str, str]], ReadStats]:
+    """Read a parallel corpus into memory as (source, target) string pairs.
+
+    Pairs with an empty side are skipped; with `max_len`, pairs where either
+    side has more than `max_len` tokens (as counted by `count_tokens`, e.g.
+    `lambda s: len(tokenizer.encode(s))`) are dropped. Both are counted.
+    """
+    pairs, n_lines, n_empty, n_too_long = [], 0, 0, 0
+    for n_lines, src, tgt in iter_parallel(src_path, tgt_path):
+        if not src or not tgt:
+            n_empty += 1
+        elif max_len is not None and max(count_tokens(src), count_tokens(tgt)) > max_len:
+            n_too_long += 1
+        else:
+            pairs.append((src, tgt))
+    return pairs, ReadStats(n_lines, n_empty, n_too_long, len(pairs))
+
+
+# ---------------------------------------------------------------- shared data
+SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"   # beside the repository, not in it
+
+
+def shared_data_dir() -> Path | None:
+    """`<repo>/../shared/data` if it exists (it does not in a fresh clone), else None."""
+    path = SHARED_DATA.resolve()
+    return path if path.is_dir() else None
+
+
+MULTI30K_SPLITS = {"train": "train", "val": "val", "valid": "val",
+                   "test": "test_2016_flickr", "test_2016_flickr": "test_2016_flickr"}
+NEWSTEST_YEARS = range(2012, 2018)
+
+
+def _shared_subdir(name: str) -> Path:
+    root = shared_data_dir()
+    if root is None or not (root / name).is_dir():
+        raise InputError(f"{SHARED_DATA / name}: shared data not found; use your own files instead")
+    return root / name
+
+
+def multi30k_paths(split: str) -> tuple[Path, Path]:
+    """(English, German) gzip files of Multi30k task 1: split train, val or test_2016_flickr
+    (valid/test accepted as aliases). 29,000 / 1,014 / 1,000 pairs."""
+    if split not in MULTI30K_SPLITS:
+        raise InputError(f"unknown Multi30k split {split!r}; choose from {sorted(MULTI30K_SPLITS)}")
+    folder, name = _shared_subdir("multi30k"), MULTI30K_SPLITS[split]
+    return folder / f"{name}.en.gz", folder / f"{name}.de.gz"
+
+
+def newstest_paths(year: int) -> tuple[Path, Path]:
+    """(English, German) WMT newstest files.
+
+    newstest2013 is the paper's dev set (§6.2), newstest2014 its test set (§6.1).
+    """
+    if year not in NEWSTEST_YEARS:
+        first, last = NEWSTEST_YEARS.start, NEWSTEST_YEARS.stop - 1
+        raise InputError(f"no newstest{year}; available: {first}-{last}")
+    folder = _shared_subdir("wmt_newstest")
+    return folder / f"newstest{year}.en", folder / f"newstest{year}.de"
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident memory of this process so far, in bytes."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
+
+
+def write_atomic(path: str | Path, data: bytes) -> None:
+    """Write `data` to `path` so that a reader (or a rerun after a kill) sees the old file or the whole new one.
+
+    The bytes go to a temporary file beside `path`, which is then renamed onto it.
+    """
+    path = Path(path)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

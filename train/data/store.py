@@ -1,0 +1,303 @@
+"""Prepared data: the tokenizer and token ids of a corpus, made once and shared by every run that uses it.
+
+    prepared = prepare_data(config, data_dir)      # `python -m train prepare`; `fit` calls it too
+
+Layout of `data_dir` (by default `prepared/` beside the run directories, e.g. runs/prepared):
+
+    file_hashes.json    sha256 and line count of each input file, remembered with its size and
+                        mtime so an unchanged file is not read again (a cache, never trusted more)
+    builtin-<hash>/     the built-in task's text (train/data/builtin_task.py), named by a hash of its content
+    ptb-<hash>/         the ptb task's words, linearised and gold trees (train/parsing/treebank.py), the same way
+    <key>/              one prepared corpus:
+        tokenizer.model, tokenizer.vocab    the shared BPE vocabulary (§5.1)
+        {src,tgt}_{ids,offsets}.npy, meta.json     the token ids (train/data/corpus.py)
+        manifest.json   what it was made from (paths, sizes, sha256), the settings, sizes, timings
+
+`key` is a sha256 of the format, the sha256 of both training files' bytes and the
+tokenizer settings. The same corpus with the same settings maps to the same folder on
+any machine (copy the folder to share it); one changed byte maps to another. Touching
+a file changes its mtime, so it is hashed again, finds the same key, and nothing is
+re-encoded. A folder is built as `<name>.tmp-<host>-<pid>` and renamed into place when
+complete, so a reader never sees half of one, two processes preparing the same data
+cannot mix their files, and a build killed half-way is deleted by the next one (once
+its process is gone).
+"""
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from train.config import RunConfig, TaskConfig
+from train.data import builtin_task
+from train.data.corpus import TokenizedCorpus, default_workers
+from train.data.files import count_lines, multi30k_paths, shared_data_dir, write_atomic
+from train.data.tokenizer import Tokenizer
+from train.errors import InputError
+from train.parsing import treebank
+
+PREPARED_FORMAT = 1  # bump when the layout changes: every key changes with it
+TOKENIZER_SAMPLE_SEED = 0  # the tokenizer's training sample depends on the corpus alone, not on train.seed
+SPLIT_FILES = ("train_src", "train_tgt", "valid_src", "valid_tgt", "test_src", "test_tgt")
+
+
+@dataclass
+class PreparedData:
+    folder: Path
+    key: str
+    tokenizer: Tokenizer
+    corpus: TokenizedCorpus
+    paths: dict[str, tuple[Path, Path] | None]  # {"train": (src, tgt), "valid": ..., "test": ... or None}
+    files: dict[str, dict]  # "train_src", ...: {"path", "size", "sha256", "lines"} of every input file
+    manifest: dict
+    reused: bool
+    workers: int  # encoding processes used (0 when reused)
+
+
+# ------------------------------------------------------------------ where the text is
+def _shared_path(value: str, key: str) -> Path:
+    root = shared_data_dir()
+    if root is None:
+        raise InputError(f"task.{key} = {value!r}: the shared data folder (<repo>/../shared/data) "
+                         f"is not here; point task.{key} at your own file")
+    return root / value.removeprefix("shared:")
+
+
+def _task_path(value: str, key: str) -> Path:
+    """A path from the config: `shared:...` is under ../shared/data, anything else is the user's."""
+    return _shared_path(value, key) if value.startswith("shared:") else Path(value).expanduser()
+
+
+def resolve_paths(task: TaskConfig, data_dir: Path) -> dict[str, tuple[Path, Path] | None]:
+    """{"train": (src, tgt), "valid": (src, tgt), "test": (src, tgt) or None} for the task."""
+    if task.kind == "builtin":
+        splits = builtin_task.make_number_task(seed=task.seed, n_train=task.n_train, n_valid=task.n_valid,
+                                               n_test=task.n_test)
+        texts = {f"{split}.{lang}": "".join(pair[side] + "\n" for pair in pairs).encode("utf-8")
+                 for split, pairs in splits.items() for side, lang in enumerate(("en", "de"))}
+        folder = _generated_task("builtin", texts, Path(data_dir))
+        return {split: (folder / f"{split}.en", folder / f"{split}.de") for split in builtin_task.SPLITS}
+    if task.kind == "ptb":  # §6.3 parsing: treebank files -> (words, linearised tree, gold tree) files
+        ranges = {split: getattr(task, f"treebank_{split}") for split in treebank.SPLITS}
+        folder = _generated_task("ptb", treebank.split_files(_task_path(task.treebank, "treebank"), ranges),
+                                 Path(data_dir))
+        return {split: (folder / f"{split}.words", folder / f"{split}.tree") for split in treebank.SPLITS}
+    if task.kind == "multi30k":
+        return {"train": multi30k_paths("train"), "valid": multi30k_paths("val"),
+                "test": multi30k_paths("test")}
+    paths: dict[str, tuple[Path, Path] | None] = {}
+    for split in ("train", "valid", "test"):
+        pair = []
+        for side in ("src", "tgt"):
+            key, value = f"{split}_{side}", getattr(task, f"{split}_{side}")
+            if not value:
+                pair = None
+                break
+            pair.append(_task_path(value, key))
+        if pair is None and split != "test":
+            raise InputError(f"task.{split}_src and task.{split}_tgt must be set for task.kind = 'files' "
+                             f"(edit the config or pass --set task.{split}_src=PATH)")
+        paths[split] = tuple(pair) if pair else None
+    return paths
+
+
+def _generated_task(name: str, texts: dict[str, bytes], data_dir: Path) -> Path:
+    """`data_dir/<name>-<hash of texts>/` holding the files `texts` (file name -> bytes), written once."""
+    digest = hashlib.sha256()
+    for file_name, data in sorted(texts.items()):
+        digest.update(file_name.encode() + b"\0" + hashlib.sha256(data).digest())
+    folder = data_dir / f"{name}-{digest.hexdigest()[:16]}"
+    if folder.is_dir():
+        return folder
+    tmp = _tmp_folder(data_dir, name)
+    try:
+        for file_name, data in texts.items():
+            (tmp / file_name).write_bytes(data)
+        if not folder.is_dir():
+            _publish(tmp, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+# ------------------------------------------------------------------ what the text is
+def _hash_and_count(path: Path, bar: tqdm, block: int = 1 << 24) -> dict:
+    digest, lines, last = hashlib.sha256(), 0, b"\n"
+    with open(path, "rb") as f:
+        while data := f.read(block):
+            digest.update(data)
+            lines += data.count(b"\n")
+            last = data[-1:]
+            bar.update(len(data))
+    if path.name.endswith(".gz"):
+        return {"sha256": digest.hexdigest(), "lines": count_lines(path)}
+    return {"sha256": digest.hexdigest(), "lines": lines + (last != b"\n")}
+
+
+def fingerprint(paths: dict[str, Path], data_dir: Path, progress: bool = False) -> dict[str, dict]:
+    """{name: {"path", "size", "sha256", "lines"}} for each file; data_dir/file_hashes.json remembers the
+    hash of a file whose size and mtime have not changed, every other file is read and hashed."""
+    cache_path = data_dir / "file_hashes.json"
+    try:
+        cache = json.loads(cache_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        cache = {}
+    out, changed = {}, False
+    for name, path in paths.items():
+        try:
+            stat = path.stat()
+        except OSError:
+            raise InputError(f"{path}: file not found") from None
+        key, seen = str(path.resolve()), cache.get(str(path.resolve()), {})
+        if (seen.get("size"), seen.get("mtime_ns")) != (stat.st_size, stat.st_mtime_ns):
+            with tqdm(total=stat.st_size, unit="B", unit_scale=True, desc=f"hashing {path.name}",
+                      dynamic_ncols=True, disable=not progress) as bar:
+                seen = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, **_hash_and_count(path, bar)}
+            cache[key], changed = seen, True
+        out[name] = {"path": str(path), "size": seen["size"], "sha256": seen["sha256"], "lines": seen["lines"]}
+    if changed:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            write_atomic(cache_path, json.dumps(cache, indent=1, sort_keys=True).encode("utf-8"))
+        except OSError:  # only a cache: another process may be writing it too
+            pass
+    return out
+
+
+def prepared_key(files: dict[str, dict], config: RunConfig) -> str:
+    """sha256 of what the tokenizer and the ids depend on: the training text and the tokenizer settings."""
+    tok = config.tokenizer
+    what = {"format": PREPARED_FORMAT, "train_src": files["train_src"]["sha256"],
+            "train_tgt": files["train_tgt"]["sha256"], "vocab_size": tok.vocab_size,
+            "model_type": tok.model_type, "sample_size": tok.sample_size, "sample_seed": TOKENIZER_SAMPLE_SEED}
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
+
+
+# ------------------------------------------------------------------ building folders safely
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
+def remove_stale_builds(data_dir: Path) -> None:
+    """Delete what killed processes left: `*.tmp-<host>-<pid>` build folders of this host and
+    `*.tmp-<pid>` temporaries of atomic writes (file_hashes.json), once their process is gone."""
+    for tmp in Path(data_dir).glob("*.tmp-*"):
+        host, _, pid = tmp.name.rpartition(".tmp-")[2].rpartition("-")
+        if not pid.isdigit() or _pid_alive(int(pid)):
+            continue
+        if tmp.is_dir() and host == socket.gethostname():
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif tmp.is_file() and not host:
+            tmp.unlink(missing_ok=True)
+
+
+def _tmp_folder(data_dir: Path, name: str) -> Path:
+    """A new, private data_dir/<name>.tmp-<host>-<pid> folder to build in."""
+    tmp = data_dir / f"{name}.tmp-{socket.gethostname()}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def _publish(tmp: Path, folder: Path) -> None:
+    """Rename a complete build into place (atomic); if another process got there first, keep theirs."""
+    try:
+        os.rename(tmp, folder)
+    except OSError:
+        if not folder.is_dir():
+            raise
+
+
+@contextlib.contextmanager
+def _building(folder: Path):
+    """Yield a private temporary folder; on success it becomes `folder`."""
+    tmp = _tmp_folder(folder.parent, folder.name)
+    try:
+        yield tmp
+        _publish(tmp, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ the whole step
+def prepare_data(config: RunConfig, data_dir: str | Path, workers: int = 0, log=print,
+                 progress: bool = False) -> PreparedData:
+    """The prepared tokenizer and ids for `config`'s training corpus: reused when `data_dir` has them, else made.
+
+    `workers` encoding processes (0: one per core for a large corpus, none for a small one).
+    Input problems (missing files, line counts that differ, bad UTF-8) are InputErrors.
+    """
+    data_dir = Path(data_dir)
+    paths = resolve_paths(config.task, data_dir)
+    remove_stale_builds(data_dir)
+    named = {f"{split}_{side}": pair[i] for split, pair in paths.items() if pair
+             for i, side in enumerate(("src", "tgt"))}
+    start = time.perf_counter()
+    files = fingerprint(named, data_dir, progress)
+    hash_s = time.perf_counter() - start
+    key = prepared_key(files, config)
+    folder = data_dir / key[:16]
+    src, tgt = paths["train"]
+    if (folder / "manifest.json").is_file():
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        tokenizer, corpus = Tokenizer(folder / "tokenizer.model"), TokenizedCorpus(folder)
+        log(f"reusing prepared data {folder} (made from {src.name} + {tgt.name}: {len(corpus):,} pairs, "
+            f"tokenizer {tokenizer.vocab_size} pieces; nothing to encode)")
+        return PreparedData(folder, key, tokenizer, corpus, paths, files, manifest, True, 0)
+    _check_line_counts(files)
+    workers = workers or default_workers(files["train_src"]["size"] + files["train_tgt"]["size"])
+    tok = config.tokenizer
+    lines = files["train_src"]["lines"] + files["train_tgt"]["lines"]
+    log(f"preparing data in {folder}: a shared {tok.model_type} tokenizer ({tok.vocab_size} pieces) from "
+        f"{min(lines, tok.sample_size):,} of the {lines:,} lines of {src.name} + {tgt.name}, then the ids of "
+        f"{files['train_src']['lines']:,} pairs with {workers} process{'es' if workers > 1 else ''}")
+    with _building(folder) as tmp:
+        start = time.perf_counter()
+        tokenizer = Tokenizer.train([src, tgt], tmp / "tokenizer", vocab_size=tok.vocab_size,
+                                    model_type=tok.model_type, sample_size=tok.sample_size,
+                                    seed=TOKENIZER_SAMPLE_SEED, progress=progress)
+        tokenizer_s = time.perf_counter() - start
+        corpus = TokenizedCorpus.build(src, tgt, tokenizer, tmp, workers=workers,
+                                       total_lines=files["train_src"]["lines"], progress=progress)
+        encode_s = time.perf_counter() - start - tokenizer_s
+        manifest = {
+            "format": PREPARED_FORMAT, "key": key, "made_from": {k: files[k] for k in ("train_src", "train_tgt")},
+            "tokenizer": {"vocab_size": tok.vocab_size, "model_type": tok.model_type, "sample_size": tok.sample_size,
+                          "sample_seed": TOKENIZER_SAMPLE_SEED, "pieces": tokenizer.vocab_size,
+                          "sha256": tokenizer.model_hash},
+            "ids_dtype": corpus.meta["dtype"], "stats": corpus.meta["stats"], "workers": workers,
+            "seconds": {"hash": hash_s, "tokenizer": tokenizer_s, "encode": encode_s},
+            "created": time.strftime("%Y-%m-%d %H:%M:%S"), "host": socket.gethostname(),
+        }
+        write_atomic(tmp / "manifest.json", json.dumps(manifest, indent=1).encode("utf-8"))
+    log(f"prepared data {folder}: tokenizer {tokenizer_s:.0f} s, encoding {encode_s:.0f} s "
+        f"({corpus.meta['dtype']} ids)")
+    tokenizer, corpus = Tokenizer(folder / "tokenizer.model"), TokenizedCorpus(folder)
+    return PreparedData(folder, key, tokenizer, corpus, paths, files, manifest, False, workers)
+
+
+def _check_line_counts(files: dict[str, dict]) -> None:
+    """Parallel files must pair up line for line; say so before minutes of tokenizer training."""
+    for split in ("train", "valid", "test"):
+        src, tgt = files.get(f"{split}_src"), files.get(f"{split}_tgt")
+        if src is None:
+            continue
+        for side in (src, tgt):
+            if side["size"] == 0:
+                raise InputError(f"{side['path']}: empty file")
+        if src["lines"] != tgt["lines"]:
+            raise InputError(f"{src['path']} has {src['lines']} lines but {tgt['path']} has {tgt['lines']}; "
+                             "parallel files must have one sentence a line, line for line")

@@ -1,0 +1,6 @@
+"""Evaluation (§6.1): translate text with the trained model, and score translations.
+
+translate.py decodes lines in their input order (greedy or beam search, batched by length);
+scores.py computes sacreBLEU, chrF and the paper's tokenised BLEU.
+Imports: the foundation and train.data (batching).
+"""

@@ -1,0 +1,170 @@
+"""Translation: text lines in, text lines out, in the input's order (§6.1 decoding).
+
+Steps: tokenize every line, sort by length (so a batch pads little), cut into
+batches within a source-token budget (batching.make_batches, as for training),
+decode each batch with beam search (beam 4, α = 0.6, at most input + 50 tokens,
+§6.1) or greedily (beam 1), detokenize, and put the outputs back in input order. An empty input line
+translates to an empty line, so output and input always pair up.
+
+`translate_stream` does the same for a stream that a person or a program writes
+line by line (stdin): it waits for one line, takes whatever else has already
+arrived (up to a batch), translates that, and writes and flushes the outputs
+before waiting again, so a line in gets its line out at once.
+
+With `nbest` = K, each input line gets up to K lines `LINE<TAB>SCORE<TAB>TRANSLATION`
+(LINE counts from 1, SCORE = log P(Y|X) / lp(|Y|), the §6.1 beam score, best first).
+
+Shapes: B sentences in a batch, S source length.
+"""
+
+import queue
+import threading
+from collections.abc import Callable, Sequence
+
+import minitensor as mt
+from train.data.batching import make_batches, pad_batch
+from train.errors import InputError
+from transformer.search import beam_search, beam_search_nbest, greedy_decode
+
+
+def _decode_batches(model, sources: Sequence[Sequence[int]], decode: Callable, max_tokens: int,
+                    on_batch: Callable[[int], None] | None) -> list:
+    """decode(src (B, S)) for every sentence, batched by length; results in input order."""
+    eos, pad = model.config.eos_id, model.config.pad_id
+    with_eos = [list(s) + [eos] for s in sources]
+    lengths = [len(s) for s in with_eos]
+    budget = max(max_tokens, max(lengths, default=1))                   # a sentence longer than the budget goes alone
+    outputs: list = [None] * len(sources)
+    was_training = model.training
+    model.eval()
+    try:
+        with mt.no_grad():
+            for batch in make_batches(lengths, lengths, budget, max_sentences=256):
+                src = pad_batch([with_eos[i] for i in batch], pad)  # (B, S)
+                for i, hyp in zip(batch, decode(src)):
+                    outputs[i] = hyp
+                if on_batch is not None:
+                    on_batch(len(batch))
+    finally:
+        model.train(was_training)
+    return outputs
+
+
+def translate_ids(model, sources: Sequence[Sequence[int]], beam: int = 4, alpha: float = 0.6,
+                  max_len_b: int = 50, max_tokens: int = 4096,
+                  on_batch: Callable[[int], None] | None = None) -> list[list[int]]:
+    """Token ids out (no BOS/EOS) for token ids in (no EOS: it is appended here), same order.
+
+    The model is put in eval mode (no dropout) and restored afterwards; `on_batch(n)` is
+    called after each batch of n sentences (a progress bar's update).
+    """
+    def decode(src):
+        if beam > 1:
+            return beam_search(model, src, beam=beam, alpha=alpha, max_len_b=max_len_b)
+        return greedy_decode(model, src, max_len_b=max_len_b)
+    return [[int(t) for t in hyp] for hyp in _decode_batches(model, sources, decode, max_tokens, on_batch)]
+
+
+def translate_ids_nbest(model, sources: Sequence[Sequence[int]], nbest: int, beam: int = 4, alpha: float = 0.6,
+                        max_len_b: int = 50, max_tokens: int = 4096,
+                        on_batch: Callable[[int], None] | None = None) -> list[list[tuple[float, list[int]]]]:
+    """The `nbest` best (score, ids) per sentence, best first (beam search even at beam 1)."""
+    def decode(src):
+        return beam_search_nbest(model, src, beam=beam, alpha=alpha, max_len_b=max_len_b, nbest=nbest)
+    return _decode_batches(model, sources, decode, max_tokens, on_batch)
+
+
+def _encode_lines(tokenizer, lines: Sequence[str], limit: int, where: str, first_line: int) -> tuple[list, list]:
+    """(indices of non-empty lines, their ids); a line longer than the model allows is an InputError."""
+    keep = [i for i, line in enumerate(lines) if line.strip()]
+    ids = tokenizer.encode_batch([lines[i].strip() for i in keep])
+    for i, seq in zip(keep, ids):
+        if len(seq) > limit:
+            raise InputError(f"{where}:{first_line + i}: {len(seq)} subword tokens, more than the model's "
+                             f"max_len - 1 = {limit}")
+    return keep, ids
+
+
+def translate_lines(model, tokenizer, lines: Sequence[str], beam: int = 4, alpha: float = 0.6,
+                    max_len_b: int = 50, max_tokens: int = 4096, where: str = "input", nbest: int = 0,
+                    first_line: int = 1, on_batch: Callable[[int], None] | None = None) -> list[str]:
+    """Translate sentences; returns one output line per input line, in order (with `nbest`: the n-best
+    records of every input line, see the module docstring; an empty line gives one record with score 0).
+
+    Raises InputError when there is nothing to translate, or when a sentence is
+    longer than the model's positional table allows.
+    """
+    if not lines:
+        raise InputError(f"{where}: empty input, nothing to translate")
+    keep, ids = _encode_lines(tokenizer, lines, model.config.max_len - 1, where, first_line)  # one position for EOS
+    options = dict(beam=beam, alpha=alpha, max_len_b=max_len_b, max_tokens=max_tokens, on_batch=on_batch)
+    if not nbest:
+        outputs = [""] * len(lines)
+        for i, hyp in zip(keep, translate_ids(model, ids, **options) if keep else []):
+            outputs[i] = tokenizer.decode(hyp)
+        return outputs
+    lists = [[(0.0, [])] for _ in lines]
+    for i, hyps in zip(keep, translate_ids_nbest(model, ids, nbest, **options) if keep else []):
+        lists[i] = hyps
+    return [f"{first_line + i}\t{score:.4f}\t{tokenizer.decode(hyp)}"
+            for i, hyps in enumerate(lists) for score, hyp in hyps]
+
+
+def _read_lines(read: Callable[[int], bytes], lines: queue.Queue) -> None:
+    """Reader thread: raw lines into the queue as they arrive, then None at the end.
+
+    It reads with `read(n)` (os.read on stdin's descriptor), not through a buffered file:
+    a thread still blocked in a buffered read when the program exits (after an error)
+    makes the interpreter abort.
+    """
+    pending = b""
+    try:
+        while chunk := read(1 << 16):
+            *complete, pending = (pending + chunk).split(b"\n")
+            for raw in complete:
+                lines.put(raw + b"\n")
+        if pending:
+            lines.put(pending)
+    finally:
+        lines.put(None)
+
+
+def translate_stream(model, tokenizer, read: Callable[[int], bytes], write: Callable[[str], None],
+                     where: str = "<stdin>", max_batch: int = 64, **options) -> int:
+    """Translate a byte stream line by line as it arrives; `write(text)` gets each batch's output lines.
+
+    `read(n)` returns up to n bytes, b"" at the end (e.g. `lambda n: os.read(0, n)`). Returns the
+    number of lines read; an empty stream, or a line that is not UTF-8, is an InputError.
+    `options` are translate_lines' (beam, alpha, max_len_b, max_tokens, nbest).
+    """
+    arrived: queue.Queue = queue.Queue()
+    threading.Thread(target=_read_lines, args=(read, arrived), daemon=True).start()
+    n_read, ended = 0, False
+    while not ended:
+        batch = [arrived.get()]                                          # wait for one line ...
+        while len(batch) < max_batch and batch[-1] is not None:
+            try:
+                batch.append(arrived.get_nowait())                       # ... and take what has already come
+            except queue.Empty:
+                break
+        if batch[-1] is None:
+            ended, batch = True, batch[:-1]
+        texts = [decode_line(raw, where, n_read + i + 1) for i, raw in enumerate(batch)]
+        if texts:
+            outputs = translate_lines(model, tokenizer, texts, where=where, first_line=n_read + 1, **options)
+            write("".join(line + "\n" for line in outputs))
+        n_read += len(texts)
+    if n_read == 0:
+        raise InputError(f"{where}: empty input, nothing to translate")
+    return n_read
+
+
+def decode_line(raw: bytes, where: str, number: int) -> str:
+    """A raw line as text without its line end; a bad byte is an InputError naming the line."""
+    try:
+        return raw.decode("utf-8").rstrip("\r\n")
+    except UnicodeDecodeError:
+        raise InputError(f"{where}:{number}: not valid UTF-8") from None
+
+
+__all__ = ["translate_ids", "translate_ids_nbest", "translate_lines", "translate_stream", "decode_line"]

@@ -1,0 +1,140 @@
+"""EVALB's table and summary: one row per sentence, the totals over all sentences and over the short ones.
+
+train/parsing/evalb.py scores each sentence; this module adds the results up and prints
+them exactly as evalb does (status 0 valid, 1 error, 2 skip; recall = matched/gold,
+precision = matched/test, F1 = 2PR/(P+R), over valid sentences only).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+OK, ERROR, SKIP = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class SentenceResult:
+    """One row of evalb's table."""
+
+    id: int
+    length: int  # words counted for the cut-off (gold)
+    status: int  # 0 valid, 1 error, 2 skip
+    matched: int
+    gold_brackets: int
+    test_brackets: int
+    crossing: int
+    words: int  # gold words after deletion
+    correct_tags: int
+    errors: tuple[str, ...] = ()
+
+    def row(self) -> str:
+        recall = 100.0 * self.matched / self.gold_brackets if self.gold_brackets else 0.0
+        precision = 100.0 * self.matched / self.test_brackets if self.test_brackets else 0.0
+        accuracy = 100.0 * self.correct_tags / self.words if self.words else 0.0
+        return (f"{self.id:4d}  {self.length:3d}    {self.status:d}  {recall:6.2f} {precision:6.2f}   "
+                f"{self.matched:3d}    {self.gold_brackets:3d}  {self.test_brackets:3d}    {self.crossing:3d}"
+                f"   {self.words:4d}  {self.correct_tags:4d}   {accuracy:6.2f}")
+
+
+@dataclass
+class Totals:
+    """The summary of one group of sentences (all, or length <= CUTOFF_LEN)."""
+
+    sentences: int = 0
+    errors: int = 0
+    skipped: int = 0
+    gold_brackets: int = 0
+    test_brackets: int = 0
+    matched: int = 0
+    complete: int = 0
+    words: int = 0
+    crossing: int = 0
+    no_crossing: int = 0
+    le2_crossing: int = 0
+    correct_tags: int = 0
+
+    def add(self, result: SentenceResult) -> None:
+        self.sentences += 1
+        if result.status != OK:
+            self.errors += result.status == ERROR
+            self.skipped += result.status == SKIP
+            return
+        self.gold_brackets += result.gold_brackets
+        self.test_brackets += result.test_brackets
+        self.matched += result.matched
+        self.complete += result.gold_brackets == result.test_brackets == result.matched
+        self.words += result.words
+        self.crossing += result.crossing
+        self.no_crossing += result.crossing == 0
+        self.le2_crossing += result.crossing <= 2
+        self.correct_tags += result.correct_tags
+
+    @property
+    def valid(self) -> int:
+        return self.sentences - self.errors - self.skipped
+
+    @property
+    def recall(self) -> float:
+        return 100.0 * self.matched / self.gold_brackets if self.gold_brackets else 0.0
+
+    @property
+    def precision(self) -> float:
+        return 100.0 * self.matched / self.test_brackets if self.test_brackets else 0.0
+
+    @property
+    def f1(self) -> float:
+        p, r = self.precision, self.recall
+        return 2 * p * r / (p + r) if p + r else math.nan
+
+    def _per_valid(self, count: int, scale: float = 100.0) -> float:
+        return scale * count / self.valid if self.valid else 0.0
+
+    def summary(self) -> dict[str, float]:
+        """The summary block's lines, by evalb's names."""
+        return {"Number of sentence": self.sentences, "Number of Error sentence": self.errors,
+                "Number of Skip  sentence": self.skipped, "Number of Valid sentence": self.valid,
+                "Bracketing Recall": self.recall, "Bracketing Precision": self.precision,
+                "Bracketing FMeasure": self.f1, "Complete match": self._per_valid(self.complete),
+                "Average crossing": self._per_valid(self.crossing, 1.0),
+                "No crossing": self._per_valid(self.no_crossing),
+                "2 or less crossing": self._per_valid(self.le2_crossing),
+                "Tagging accuracy": 100.0 * self.correct_tags / self.words if self.words else 0.0}
+
+
+@dataclass
+class Report:
+    """evalb's output: the rows, the totals over all sentences and over those <= cutoff."""
+
+    cutoff_len: int  # CUTOFF_LEN: the second summary block counts sentences up to this length
+    rows: list[SentenceResult] = field(default_factory=list)
+    all: Totals = field(default_factory=Totals)
+    short: Totals = field(default_factory=Totals)
+    messages: list[str] = field(default_factory=list)  # what evalb prints on stderr: "LINE : message"
+
+    def add(self, result: SentenceResult) -> None:
+        self.rows.append(result)
+        self.all.add(result)
+        if result.length <= self.cutoff_len:
+            self.short.add(result)
+        self.messages += [f"{result.id} : {message}" for message in result.errors]
+
+    def format(self) -> str:
+        """Exactly what evalb prints on stdout (with the F-measure line of its 2006 version)."""
+        rule = "=" * 76
+        lines = ["  Sent.                        Matched  Bracket   Cross        Correct Tag",
+                 " ID  Len.  Stat. Recal  Prec.  Bracket gold test Bracket Words  Tags Accracy", rule]
+        lines += [row.row() for row in self.rows]
+        lines.append(rule)
+        total = self.all
+        head = (f"                {total.recall:6.2f} {total.precision:6.2f} {total.matched:6d} "
+                f"{total.gold_brackets:5d} {total.test_brackets:5d}  {total.crossing:5d}"
+                if total.gold_brackets > 0 and total.test_brackets > 0 else "")
+        tagging = 100.0 * total.correct_tags / total.words if total.words else 0.0
+        lines += [f"{head}  {total.words:5d} {total.correct_tags:5d}   {tagging:6.2f}", "=== Summary ==="]
+        for title, totals in (("All", self.all), (f"len<={self.cutoff_len}", self.short)):
+            lines += ["", f"-- {title} --"]
+            for name, value in totals.summary().items():
+                number = f"{value:6d}" if isinstance(value, int) else f"{value:6.2f}"
+                lines.append(f"{name:<26}= {number}")
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,399 @@
+"""The training loop (§5): Adam with the warm-up schedule, label smoothing, dropout, checkpoints.
+
+    fit(run_config, run_dir)   # trains, validates, checkpoints; re-run the same call to resume
+
+What one update does (§5.3, §5.4) is `train.run.step.train_step`: take `accum`
+token-budget batches (§5.1), run forward and backward on each (dropout on,
+label-smoothed loss), add the gradients up weighted by target tokens, optionally
+clip, and take one Adam step (β₁ 0.9, β₂ 0.98, ε 1e-9) at the rate of Eq. (3).
+This file is the bookkeeping around it: data order, logging, validation,
+checkpoints, signals.
+
+The run directory holds the run: config.json (the resolved config), prepared.json
+(which prepared data it trains on: train/data/inputs.py; the data itself is shared, in
+`data_dir`), tokenizer.model, metrics.jsonl, ckpt_<step:08d>.safetensors (the last
+`keep_last`; train/run/checkpointing.py) and best.safetensors (the best validation BLEU
+so far). A checkpoint stores the weights, the Adam moments and step, the data position
+(epoch, batch) and the dropout RNG state, so that stopping at step N and running again
+continues exactly as if the run had never stopped. Nothing in an existing run directory
+is overwritten unless `force=True` (which starts the run over, deleting only this
+tool's files), and one process at a time trains in it (train/run/run_dir.py).
+
+Many devices (README, "Many GPUs"): `fit(..., comm=)` trains data-parallel over the ranks
+of a train/distributed/communicators.py communicator; every rank takes its share of each update
+(batching.shard), rank 0 alone writes, logs and validates.
+
+Faults (tests/test_reliability.py): SIGINT/SIGTERM finish the current update,
+write a checkpoint and return (FitResult.stopped says why); a non-finite loss
+or gradient in fp32 raises DivergedError before the optimizer step, so the
+newest checkpoint stays the last good one; an unwritable run directory is an
+InputError before anything is trained. With `train.patience` the run also stops
+after that many validations without a better BLEU (FitResult.stopped = "early stopping").
+
+Shapes: B pairs in a batch, S source length, T target length, V vocab.
+"""
+
+import contextlib
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+import minitensor as mt
+from minitensor.optim import Adam, NoamSchedule
+from train.config import RunConfig
+from train.data.batching import epoch_batches, shard
+from train.data.inputs import Prepared, corpus_batch, make_model_inputs, prepare, split_batches
+from train.distributed.communicators import Silent, SingleProcess, agree, agree_on_signal, rank_zero_first
+from train.distributed.grad_sync import GradSync
+from train.errors import InputError
+from train.evaluate.scores import corpus_scores
+from train.evaluate.translate import translate_ids
+from train.run import checkpointing
+from train.run.checkpointing import Progress, TrainState
+from train.run.faults import StopSignals, raise_diverged
+from train.run.loss_scaler import DynamicLossScaler
+from train.run.metrics import MetricsWriter, mfu, peak_tflops, train_flops
+from train.run.run_dir import RunLock, open_run_dir, start_run
+from train.run.step import StepStats, train_step
+from train.run.tensorboard import LIVE_DIR, TensorBoardLog, summary_writer_class
+from train.threads import cpu_threads
+from transformer.checkpoint import list_checkpoints
+from transformer.loss import LabelSmoothingLoss
+from transformer.model import Transformer
+
+@dataclass
+class FitResult:
+    run_dir: Path
+    model: object
+    tokenizer: object
+    prepared: Prepared
+    progress: Progress
+    checkpoints: list[Path] = field(default_factory=list)
+    last_valid: dict | None = None
+    stopped: str | None = None  # "SIGINT" / "SIGTERM" / "early stopping" when the run ended before max_steps
+
+
+class Logger:
+    """Prints through tqdm when a bar is showing, so log lines do not break it."""
+
+    def __init__(self, bar: tqdm | None):
+        self.bar = bar
+
+    def __call__(self, message: str) -> None:
+        if self.bar is not None and not self.bar.disable:
+            self.bar.write(message)
+        else:
+            print(message, flush=True)
+
+
+def _backend_name(run_config: RunConfig) -> str:
+    train = run_config.train
+    if train.precision != "fp32" and train.backend not in ("cupy", "cuda"):
+        raise InputError(f"train.precision = {train.precision!r} needs train.backend = 'cuda' "
+                         f"(mixed precision is for GPUs); use precision = 'fp32' on the CPU")
+    if not mt.available(train.backend):
+        raise InputError(f"train.backend = {train.backend!r} is not available here: "
+                         f"{mt.why_unavailable(train.backend)} (see `python -m train doctor`)")
+    return train.backend
+
+
+# ------------------------------------------------------------------ validation
+def validate(model, loss_fn, prepared: Prepared, run_config: RunConfig) -> dict:
+    """Validation loss and perplexity over the whole split, BLEU on its first sentences (greedy or beam)."""
+    split, train = prepared.valid, run_config.train
+    model.eval()
+    loss_sum = nll_sum = 0.0
+    n_tokens = 0
+    with mt.no_grad():
+        for batch in split_batches(split, train.max_tokens):
+            src, tgt_in, tgt_out = make_model_inputs([split.src_ids[i] for i in batch],
+                                                     [split.tgt_ids[i] for i in batch])
+            out = loss_fn(model(src, tgt_in), tgt_out)
+            loss_sum += float(out.loss.item()) * out.n_tokens
+            nll_sum += float(_raw(out.nll_sum))
+            n_tokens += out.n_tokens
+    model.train()
+    result = {"loss": loss_sum / n_tokens, "nll": nll_sum / n_tokens,
+              "ppl": math.exp(min(nll_sum / n_tokens, 50.0))}
+    n = min(train.valid_bleu_sentences, len(split.src_ids))
+    if n:
+        hyps = translate_ids(model, split.src_ids[:n], beam=train.valid_beam, alpha=run_config.decode.alpha,
+                             max_len_b=run_config.decode.max_len_b, max_tokens=run_config.decode.max_tokens)
+        scores = corpus_scores([prepared.tokenizer.decode(h) for h in hyps], split.tgt_text[:n])
+        result.update(bleu=scores.bleu, exact_match=scores.exact_match, bleu_sentences=n)
+    return result
+
+
+# ------------------------------------------------------------------ the loop
+def _next_batches(prepared: Prepared, progress: Progress, seed: int, count: int) -> list[np.ndarray]:
+    """The next `count` batches in the epoch's shuffled order, advancing the progress (§5.1)."""
+    out = []
+    order = epoch_batches(prepared.batches, progress.epoch, seed)
+    while len(out) < count:
+        if progress.batch_pos >= len(order):
+            progress.epoch, progress.batch_pos = progress.epoch + 1, 0
+            order = epoch_batches(prepared.batches, progress.epoch, seed)
+        out.append(order[progress.batch_pos])
+        progress.batch_pos += 1
+    return out
+
+
+def fit(run_config: RunConfig, run_dir: str | Path, force: bool = False, reset_optimizer: bool = False,
+        progress: bool = True, data_dir: str | Path | None = None, comm=None,
+        tensorboard: bool = False) -> FitResult:
+    """Train `run_config` in `run_dir` to train.max_steps, resuming from the latest valid checkpoint.
+
+    The prepared data lives in `data_dir` (default: `prepared/` beside the run directory).
+    Raises InputError for problems with the config, the data or the run directory
+    (checked before anything is written), CheckpointError for an unusable checkpoint.
+    `comm` (train/distributed/communicators.py; default one process): data-parallel training over its ranks.
+    Rank 0 alone writes the run directory, logs, validates and checkpoints; the others read
+    what it prepared and train their share of every update (README, "Many GPUs").
+    `tensorboard`: also write every metric live to run_dir/tensorboard (train/run/tensorboard.py).
+    """
+    comm = SingleProcess() if comm is None else comm
+    run_dir = Path(run_dir)
+    backend = _backend_name(run_config)
+    main = comm.rank == 0                      # rank 0 alone owns the run directory
+    if tensorboard and main:
+        summary_writer_class()                 # a missing extra is said before anything is written
+    if main:
+        open_run_dir(run_dir)
+    with RunLock(run_dir) if main else contextlib.nullcontext():
+        resuming = start_run(run_config, run_dir, force) if main else None
+        with cpu_threads(run_config.train.threads) as threads:
+            if threads and main:
+                print(f"CPU threads: {', '.join(threads)}", flush=True)
+            return _train(run_config, run_dir, backend, resuming, reset_optimizer, progress, data_dir, comm,
+                          tensorboard)
+
+
+def _start(run_config: RunConfig, run_dir: Path, backend: str, reset_optimizer: bool, say, progress: bool,
+           data_dir, verify_data: bool = False) -> tuple[TrainState, Prepared, Path | None]:
+    """The model, optimizer (§5.3), schedule (Eq. (3)) and data state, fresh or restored from a checkpoint.
+
+    `verify_data`: only check the run's record of its prepared data (ranks other than 0 read, never write).
+    """
+    train = run_config.train
+    show_bars = progress and sys.stderr.isatty()
+    prepared = prepare(run_config, run_dir, data_dir, resuming=verify_data or bool(list_checkpoints(run_dir)),
+                       log=say, progress=show_bars)
+    model_config = run_config.model.replace(vocab_size=prepared.tokenizer.vocab_size)
+    rng = np.random.default_rng(train.seed)  # model init and every dropout mask (§5.4)
+    model = Transformer(model_config, rng, backend=backend, precision=train.precision)
+    schedule = NoamSchedule(model_config.d_model, warmup=train.warmup_steps, factor=train.lr_factor)  # §5.3 Eq. (3)
+    optimizer = Adam(list(model.named_parameters()), lr=schedule, betas=(train.adam_beta1, train.adam_beta2),
+                     eps=train.adam_eps, half_dtype=model.compute_dtype)   # mixed precision: the half weights
+    scaler = DynamicLossScaler() if train.precision == "fp16" else None
+    state = TrainState(run_config, model, optimizer, rng, prepared.tokenizer, scaler)
+    resumed = checkpointing.resume_point(run_dir, reset_optimizer, say)
+    if resumed is not None:
+        checkpointing.restore(resumed, state, reset_optimizer)
+        at = state.progress
+        say(f"restored {resumed.name} (step {at.step}, epoch {at.epoch}, batch {at.batch_pos})"
+            + ("; optimizer reset" if reset_optimizer else ""))
+    say(f"model: {model.num_parameters():,} parameters, vocab {model_config.vocab_size}, backend {backend}, "
+        f"{model_config.impl} ops; {len(prepared.batches)} batches per epoch")
+    return state, prepared, resumed
+
+
+def logged_step(step: int, log_every: int) -> bool:
+    """Steps with a log line: every `log_every`, and before that 1, 2, 4, 8, ... so a run speaks at once."""
+    return step % log_every == 0 or (step < log_every and step & (step - 1) == 0)
+
+
+def _train(run_config: RunConfig, run_dir: Path, backend: str, resuming: bool, reset_optimizer: bool,
+           progress: bool, data_dir, comm, tensorboard: bool) -> FitResult:
+    train = run_config.train
+    main = comm.rank == 0                      # rank 0 alone logs, validates and writes
+    say = Logger(None) if main else Silent()
+    say(f"{'resuming' if resuming else 'starting'} run {run_config.name!r} in {run_dir}")
+    with rank_zero_first(comm):                # rank 0 prepares the data; the other ranks then read it
+        state, prepared, resumed = _start(run_config, run_dir, backend, reset_optimizer, say, progress and main,
+                                          data_dir, verify_data=not main)
+    sync = GradSync(state.optimizer, comm, train.bucket_mb)
+    sync.broadcast_parameters()                # every rank starts from rank 0's weights
+    if comm.world_size > 1:
+        ranks = comm.describe()                # collective: every rank takes part
+        say(f"data parallel over {comm.world_size} ranks, {train.accum} batches each per update; {ranks}")
+    model, at = state.model, state.progress
+    loss_fn = LabelSmoothingLoss(model.config.eps_ls, model.config.pad_id, model.config.impl)  # §5.4
+    result = FitResult(run_dir, model, state.tokenizer, prepared, at, list_checkpoints(run_dir))
+    if at.step >= train.max_steps:
+        say(f"already trained to step {at.step} (train.max_steps = {train.max_steps}); nothing to do")
+        return result
+    if train.patience and at.bad_validations >= train.patience:
+        result.stopped = "early stopping"
+        say(f"already stopped early at step {at.step} (no better validation in {at.bad_validations} validations, "
+            f"train.patience = {train.patience}); nothing to do")
+        return result
+
+    live = TensorBoardLog(run_dir / LIVE_DIR, purge_step=at.step + 1, suffix=f".from-step-{at.step + 1}") \
+        if tensorboard and main else None
+    metrics = MetricsWriter(run_dir / "metrics.jsonl", mirror=live) if main else Silent()
+    if at.step > 0:
+        metrics.write("resume", at.step, checkpoint=resumed.name)
+    device = "cpu" if model.backend.device == "cpu" else _gpu_name()
+    peak, _ = peak_tflops(device, train.precision)
+    bar = tqdm(total=train.max_steps, initial=at.step, unit="step", dynamic_ncols=True,
+               disable=not (progress and main and sys.stderr.isatty()))
+    say = Logger(bar) if main else Silent()
+    window = _Window()
+    last_ckpt_time = time.perf_counter()
+    first_step = at.step
+    try:
+        with StopSignals() as stop:
+            model.train()
+            while at.step < train.max_steps:
+                t0 = time.perf_counter()
+                update = _next_batches(prepared, at, train.seed, train.accum * comm.world_size)
+                batches = [corpus_batch(prepared.train, b) for b in shard(update, comm.rank, comm.world_size)]
+                log_now = logged_step(at.step + 1, train.log_every)
+                stats = train_step(model, batches, state.optimizer, loss_fn, state.scaler, train.clip_norm,
+                                   measure_grad_norm=log_now, sync=sync, rng=state.rng)
+                if train.check_replicas and at.step == first_step:
+                    sync.check_replicas()      # debug: every rank holds rank 0's weights after the first update
+                if not stats.finite and state.scaler is None:  # fp32: the run diverged; stop before it spreads
+                    raise_diverged(model, stats.loss_sum, at.step + 1, run_dir)
+                at.step += 1
+                at.tokens_seen += stats.tgt_tokens
+                dt = time.perf_counter() - t0
+                at.elapsed_s += dt
+                window.add(stats, dt, _flops(model.config, batches))
+                bar.update(1)
+                if log_now:
+                    record = window.summary(state.optimizer.current_lr(), state.scaler, peak)
+                    metrics.write("train", at.step, epoch=at.epoch, **record)
+                    bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}",
+                                    tok_s=f"{record['tgt_tokens_per_s']:.0f}")
+                    say(_format_train(at.step, record))
+                    window = _Window()
+                early_stop = False
+                if (train.valid_every and at.step % train.valid_every == 0) or at.step == train.max_steps:
+                    if main:
+                        result.last_valid = _run_validation(model, loss_fn, prepared, run_config, state, run_dir,
+                                                            metrics, say)
+                        early_stop = bool(train.patience) and at.bad_validations >= train.patience
+                    early_stop = agree(comm, early_stop)   # rank 0 decides; every rank stops with it
+                stopping = agree_on_signal(comm, stop.received)   # all ranks stop after the same update
+                minutes_due = train.ckpt_minutes > 0 and time.perf_counter() - last_ckpt_time >= 60 * train.ckpt_minutes
+                if main and (at.step % train.ckpt_every == 0 or minutes_due or at.step == train.max_steps or stopping
+                             or early_stop):
+                    saved = checkpointing.save(run_dir, state)
+                    last_ckpt_time = time.perf_counter()
+                if stopping:  # SIGINT/SIGTERM: the update is done and saved
+                    result.stopped = stopping
+                    if main:
+                        say(f"{stopping}: stopped after step {at.step}, checkpoint {saved.name} written; "
+                            f"run the same command again to resume")
+                    break
+                if early_stop:
+                    result.stopped = "early stopping"
+                    say(f"early stopping at step {at.step}: no better validation in {at.bad_validations} "
+                        f"validations (train.patience = {train.patience}); the best is step {at.best_step}, "
+                        f"{checkpointing.BEST_FILE}")
+                    break
+    except KeyboardInterrupt:
+        say(f"interrupted at step {at.step}; run the same command again to resume from the last checkpoint")
+        raise
+    finally:
+        bar.close()
+        metrics.close()
+    result.progress = state.progress
+    result.checkpoints = list_checkpoints(run_dir)
+    return result
+
+
+def _run_validation(model, loss_fn, prepared, run_config, state: TrainState, run_dir: Path, metrics, say) -> dict:
+    """Validate, log, and keep best.safetensors and the early-stopping count up to date."""
+    at = state.progress
+    record = validate(model, loss_fn, prepared, run_config)
+    score = record["bleu"] if "bleu" in record else -record["loss"]  # BLEU decides; without it, the loss
+    improved = at.best_score is None or score > at.best_score
+    if improved:
+        at.best_score, at.best_step, at.bad_validations = score, at.step, 0
+        checkpointing.save_best(run_dir, state, record)
+    else:
+        at.bad_validations += 1
+    metrics.write("valid", at.step, best=improved, **record)
+    bleu = f", BLEU {record['bleu']:.2f} on {record['bleu_sentences']} sentences" if "bleu" in record else ""
+    best = " (best so far: best.safetensors)" if improved else f" (best: step {at.best_step})"
+    say(f"step {at.step:>7} | valid loss {record['loss']:.3f}, nll {record['nll']:.3f}, "
+        f"ppl {record['ppl']:.2f}{bleu}{best}")
+    return record
+
+
+def _flops(config, batches) -> float:
+    """Model FLOPs of one update's batches (for MFU)."""
+    pad = config.pad_id
+    return sum(train_flops(config, int((s != pad).sum()), int((t != pad).sum()), s.shape[1], t.shape[1])
+               for s, _, t in batches)
+
+
+def _raw(value):
+    """The backend array behind a Tensor (or the value itself)."""
+    return value.data if isinstance(value, mt.Tensor) else value
+
+
+def _gpu_name() -> str:
+    try:
+        import cupy
+
+        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+        return props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    except Exception:  # noqa: BLE001 - MFU is then reported as n/a
+        return "unknown GPU"
+
+
+class _Window:
+    """Sums over the updates since the last log line (losses stay on the device until read)."""
+
+    def __init__(self):
+        self.updates = self.src_tokens = self.tgt_tokens = self.padded = 0
+        self.loss_sum = self.nll_sum = 0.0
+        self.seconds = self.flops = 0.0
+        self.grad_norm = None
+
+    def add(self, stats: StepStats, seconds: float, flops: float) -> None:
+        self.updates += 1
+        self.src_tokens += stats.src_tokens
+        self.tgt_tokens += stats.tgt_tokens
+        self.padded += stats.padded_tokens
+        self.loss_sum = self.loss_sum + stats.loss_sum  # device scalars: no host sync
+        self.nll_sum = self.nll_sum + _raw(stats.nll_sum)
+        self.seconds += seconds
+        self.flops += flops
+        self.grad_norm = stats.grad_norm if stats.grad_norm is not None else self.grad_norm
+
+    def summary(self, lr: float, scaler, peak) -> dict:
+        updates, tgt = max(self.updates, 1), max(self.tgt_tokens, 1)
+        loss, nll = float(self.loss_sum) / tgt, float(self.nll_sum) / tgt
+        seconds = max(self.seconds, 1e-9)
+        record = {
+            "loss": loss, "nll": nll, "ppl": math.exp(min(nll, 50.0)), "lr": lr,
+            "src_tokens_per_update": self.src_tokens / updates,
+            "tgt_tokens_per_update": self.tgt_tokens / updates,
+            "padding": 1.0 - (self.src_tokens + self.tgt_tokens) / max(self.padded, 1),
+            "grad_norm": None if self.grad_norm is None else float(self.grad_norm),
+            "tgt_tokens_per_s": self.tgt_tokens / seconds, "seconds": self.seconds,
+            "mfu": mfu(self.flops / seconds, peak),
+        }
+        if scaler is not None:
+            record.update(loss_scale=scaler.scale, skipped_steps=scaler.skipped_steps)
+        return record
+
+
+def _format_train(step: int, r: dict) -> str:
+    parts = [f"step {step:>7}", f"loss {r['loss']:.3f}", f"nll {r['nll']:.3f}", f"ppl {r['ppl']:.2f}",
+             f"lr {r['lr']:.2e}", f"gnorm {r['grad_norm']:.2f}" if r["grad_norm"] is not None else "",
+             f"src/tgt tok/upd {r['src_tokens_per_update']:.0f}/{r['tgt_tokens_per_update']:.0f}",
+             f"tgt tok/s {r['tgt_tokens_per_s']:.0f}", f"pad {100 * r['padding']:.1f}%",
+             f"mfu {100 * r['mfu']:.1f}%" if r["mfu"] is not None else "mfu n/a"]
+    if "loss_scale" in r:
+        parts.append(f"scale {r['loss_scale']:g}")
+    return " | ".join(p for p in parts if p)

@@ -1,0 +1,81 @@
+"""A run's metrics as TensorBoard scalars, through tensorboardX: live during `fit --tensorboard`, or exported after.
+
+    python -m train fit --config ... --tensorboard          # RUN_DIR/tensorboard/, written as training goes
+    python -m train export-tensorboard RUN_DIR              # metrics.jsonl -> RUN_DIR/tensorboard-export/
+    tensorboard --logdir RUN_DIR
+
+tensorboardX is an optional extra (`pip install -e ".[tb]"`); TensorBoard itself is only
+needed to look. Every number in a metrics record (train/run/metrics.py) becomes a scalar
+tagged `<kind>/<field>`, e.g. `train/loss`, `valid/bleu`, at the record's step and time.
+A resumed run redoes the steps after its checkpoint: the live log starts a new session
+with `purge_step` = checkpoint step + 1, so TensorBoard hides the points of the steps that
+were redone, as the plots do (train.run.metrics.read_metrics).
+"""
+
+from pathlib import Path
+
+from train.errors import InputError
+from train.run.metrics import read_metrics
+
+LIVE_DIR = "tensorboard"
+EXPORT_DIR = "tensorboard-export"
+EXPORT_SUFFIX = ".export"  # export files are ours to replace on the next export
+_SKIPPED_FIELDS = ("step", "time")
+
+
+def scalars_of(record: dict) -> dict[str, float]:
+    """{"<kind>/<field>": value} for every number of a metrics record (booleans and step/time left out)."""
+    return {f"{record['kind']}/{key}": float(value) for key, value in record.items()
+            if key not in _SKIPPED_FIELDS and isinstance(value, (int, float)) and not isinstance(value, bool)}
+
+
+def summary_writer_class():
+    """tensorboardX's SummaryWriter, or a one-line InputError saying how to install it."""
+    try:
+        from tensorboardX import SummaryWriter
+    except ImportError:
+        raise InputError('TensorBoard logs need tensorboardX: pip install -e ".[tb]" (or pip install tensorboardX)') \
+            from None
+    return SummaryWriter
+
+
+class TensorBoardLog:
+    """Metrics records written as TensorBoard scalars into one folder (one event file per session).
+
+    The file is events.out.tfevents.<seconds>.<host><suffix>: give each session its own suffix,
+    or two sessions started in the same second share (and overwrite) one file.
+    """
+
+    def __init__(self, logdir: str | Path, purge_step: int | None = None, suffix: str = ""):
+        self.writer = summary_writer_class()(logdir=str(logdir), purge_step=purge_step, filename_suffix=suffix)
+
+    def write(self, record: dict) -> int:
+        """Add the record's scalars; returns how many."""
+        scalars = scalars_of(record)
+        for tag, value in scalars.items():
+            self.writer.add_scalar(tag, value, int(record["step"]), walltime=record.get("time"))
+        return len(scalars)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def export_run(run_dir: str | Path, out_dir: str | Path | None = None) -> tuple[Path, int]:
+    """Write a run's metrics.jsonl as one event file in out_dir (default RUN_DIR/tensorboard-export).
+
+    Returns (the folder, the number of scalars). An earlier export's file there is replaced.
+    """
+    run_dir = Path(run_dir)
+    metrics = run_dir / "metrics.jsonl"
+    if not metrics.is_file():
+        raise InputError(f"{run_dir}: no metrics.jsonl here; is it a run directory?")
+    out = Path(out_dir) if out_dir is not None else run_dir / EXPORT_DIR
+    summary_writer_class()  # the extra is there before anything is replaced
+    for earlier in out.glob(f"events.out.tfevents.*{EXPORT_SUFFIX}"):  # ours, and made again from metrics.jsonl
+        earlier.unlink()
+    log, count = TensorBoardLog(out, suffix=EXPORT_SUFFIX), 0
+    for record in read_metrics(metrics):
+        if record.get("kind") != "resume":
+            count += log.write(record)
+    log.close()
+    return out, count
