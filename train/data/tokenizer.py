@@ -167,16 +167,16 @@ class Tokenizer:
                 bar = progress_bar(progress, file=stack.enter_context(_stderr_copy()) if progress else None,
                                    total=min(total, sample_size), unit=" lines", desc="tokenizer: reading sample")
                 stack.callback(bar.close)
-                stack.enter_context(_progress_from_log(bar) if progress else contextlib.nullcontext())
-                spm.SentencePieceTrainer.train(
-                    sentence_iterator=_counted(sentences, bar, vocab_size, model_type), model_writer=model,
-                    vocab_size=vocab_size, model_type=model_type,
-                    character_coverage=character_coverage,
-                    input_sentence_size=0, shuffle_input_sentence=False,  # the sample is ours (see above)
-                    hard_vocab_limit=False,  # small corpora: fewer pieces instead of an error
-                    pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
-                    minloglevel=0 if progress else 2)  # the log feeds the bar; else only errors
-                bar.update((bar.total or bar.n) - bar.n)  # done (the log counts merges, not the alphabet)
+                with _progress_from_log(bar) if progress else contextlib.nullcontext():
+                    spm.SentencePieceTrainer.train(
+                        sentence_iterator=_counted(sentences, bar, vocab_size, model_type), model_writer=model,
+                        vocab_size=vocab_size, model_type=model_type,
+                        character_coverage=character_coverage,
+                        input_sentence_size=0, shuffle_input_sentence=False,  # the sample is ours (see above)
+                        hard_vocab_limit=False,  # small corpora: fewer pieces instead of an error
+                        pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+                        minloglevel=0 if progress else 2)  # the log feeds the bar; else only errors
+                bar.update((bar.total or bar.n) - bar.n)  # done, once the log is read (it counts merges only)
         except RuntimeError as err:
             message = str(err).splitlines()[0] if str(err) else "unknown error"
             raise InputError(f"tokenizer training failed: {message}") from None
