@@ -207,6 +207,35 @@ def test_second_writer_is_refused_and_a_dead_holders_lock_is_taken_over(tmp_path
     assert (run_dir / "run.lock").read_text() == ""  # released at the end
 
 
+def test_deleting_run_lock_admits_no_second_trainer(tmp_path):
+    """Failure 2 of issue 29: after `rm run.lock` a second `fit` trained in the same folder; checkpoints of both
+    runs mixed and metrics.jsonl had two step-20 records. The lock is on the folder itself now."""
+    run_dir, log = tmp_path / "run", tmp_path / "first.log"
+    with open(log, "wb") as out:
+        first = subprocess.Popen(fit_cmd(run_dir, "train.max_steps=100000", "train.ckpt_every=2"), stdout=out,
+                                 stderr=subprocess.STDOUT, cwd=ROOT, env=ENV)
+        try:
+            assert wait_until(lambda: STEP_LINE in log.read_bytes(), 60), log.read_text()
+            (run_dir / "run.lock").unlink()
+            second = run_cli(*fit_cmd(run_dir, "train.max_steps=100000", "train.ckpt_every=2")[3:])
+            assert_one_line_error(second, f"{run_dir}: another process is training in this run directory",
+                                  "run.lock was deleted")
+            assert wait_until(lambda: len(list_checkpoints(run_dir)) >= 2, 120)
+            first.send_signal(signal.SIGKILL)
+        finally:
+            first.kill()
+            first.wait()
+    steps = [r["step"] for r in read_metrics_raw(run_dir / "metrics.jsonl") if r["kind"] == "train"]
+    assert steps == sorted(set(steps)), "two trainers wrote one log"
+    assert b"resume" not in (run_dir / "metrics.jsonl").read_bytes()
+
+
+def read_metrics_raw(path: Path) -> list[dict]:
+    import json
+
+    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+
+
 # ------------------------------------------------------------------ 2. graceful stop
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
 def test_signal_finishes_step_writes_checkpoint_and_exits_0(tmp_path, signame):
@@ -310,17 +339,14 @@ def test_read_only_run_dir_is_a_clear_error(tmp_path):
 
 
 class _DiskFullFile:
-    """A file whose data writes fail with ENOSPC halfway through (the header gets out)."""
+    """A file whose write fails with ENOSPC halfway through (the safetensors package writes a file in one call)."""
 
     def __init__(self, file):
-        self.file, self.writes = file, 0
+        self.file = file
 
     def write(self, data):
-        self.writes += 1
-        if self.writes > 2:
-            self.file.write(bytes(data)[: len(data) // 2])
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return self.file.write(data)
+        self.file.write(bytes(data)[: len(data) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
 
     def __getattr__(self, name):
         return getattr(self.file, name)

@@ -8,6 +8,7 @@ from train import config as config_lib
 from train.config import RunConfig
 from train.errors import InputError
 from train.run.loop import fit
+from train.run.manifest import Manifest
 from train.run.metrics import MetricsWriter, read_metrics
 from train.run.tensorboard import LIVE_DIR, TensorBoardLog, export_run, scalars_of
 
@@ -79,7 +80,8 @@ def test_a_redone_step_shows_once_with_its_new_value(tmp_path):
 
 def test_export_writes_every_scalar_and_replaces_its_earlier_file(tmp_path):
     pytest.importorskip("tensorboardX")
-    with MetricsWriter(tmp_path / "metrics.jsonl") as metrics:
+    manifest = Manifest.create(tmp_path)  # a run: its earlier export is listed, so it may be replaced
+    with MetricsWriter(manifest.claim("metrics.jsonl", append=True), manifest=manifest) as metrics:
         metrics.write("train", 1, loss=5.5, lr=1e-4, grad_norm=None, epoch=0)
         metrics.write("train", 2, loss=5.0, lr=2e-4, grad_norm=1.5, epoch=0)
         metrics.write("valid", 2, loss=4.0, bleu=12.25, best=True)
