@@ -255,6 +255,23 @@ def test_early_stopping_and_best_checkpoint_by_validation_bleu(tmp_path, monkeyp
     assert "already stopped early at step 4" in capsys.readouterr().out
 
 
+def test_best_and_early_stopping_judge_dev_loss_by_default_and_bleu_only_on_500_sentences(tmp_path, monkeypatch):
+    """Issue 29: early stopping judged BLEU on 20 sentences. By default the dev loss decides (every dev
+    sentence); BLEU may decide only over a sample of at least 500 sentences (or the whole, smaller, dev set)."""
+    import train.run.validation as validation_module
+
+    records = iter([(2.0, 9.0), (1.0, 1.0), (1.5, 30.0), (1.2, 40.0)])  # (loss, BLEU): BLEU would pick the last
+    monkeypatch.setattr(validation_module, "validate", lambda *args: dict(
+        zip(("loss", "bleu"), next(records)), nll=1.0, ppl=2.7, exact_match=0.0, bleu_sentences=8))
+    result = quiet_fit(tiny_config("train.max_steps=10", "train.valid_every=1", "train.patience=2"), tmp_path)
+    assert result.stopped == "early stopping" and (result.progress.step, result.progress.best_step) == (4, 2)
+    assert load_checkpoint(tmp_path / "best.safetensors")[1]["valid"]["loss"] == 1.0
+    with pytest.raises(InputError, match=r"train.best_metric = 'bleu' needs BLEU on at least 500 dev sentences, "
+                                         r"but train.valid_bleu_sentences = 20"):
+        quiet_fit(tiny_config("task.n_valid=600", "train.best_metric=bleu", "train.valid_bleu_sentences=20"),
+                  tmp_path / "bleu")
+
+
 def test_first_steps_are_logged_before_log_every():
     from train.run.loop import logged_step
 
