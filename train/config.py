@@ -107,7 +107,7 @@ class TrainConfig:
     keep_last_full: int = 1  # of those, the newest this many keep Adam's state (an exact resume); the rest weights only
     average_last: int = 5  # §6.1: average this many last checkpoints for the final model (base 5, big 20)
     patience: int = 0  # stop after this many validations without a better best_metric (0 = never)
-    best_metric: str = "loss"  # what picks best.safetensors and drives patience: "loss" (dev loss) or "bleu" (>= 500 sentences)
+    best_metric: str = "loss"  # picks best.safetensors, drives patience: "loss" (dev loss) or "bleu" (>= 500 sentences)
     bucket_mb: float = 25.0  # many GPUs: all-reduce gradients in buckets of this many MB during backward (0 = after it)
     check_replicas: bool = False  # many GPUs, debug: check that every rank holds the same weights after the first update
 

@@ -30,6 +30,15 @@ class _Lines:
         self.file.flush()
 
 
+class _LogBar(tqdm):
+    """tqdm in a log: nothing in the first `delay` seconds of a phase, not even when a phase starts (reset)."""
+
+    def refresh(self, *args, **kwargs):
+        if self._time() >= getattr(self, "start_t", 0.0) + self.delay:
+            return super().refresh(*args, **kwargs)
+        return False
+
+
 def progress_bar(enabled: bool, file=None, **kwargs) -> tqdm:
     """A tqdm bar on `file` (default stderr): drawn on a terminal, logged as lines otherwise, off if not `enabled`."""
     file = sys.stderr if file is None else file
@@ -37,4 +46,4 @@ def progress_bar(enabled: bool, file=None, **kwargs) -> tqdm:
         return tqdm(disable=True, **kwargs)
     if file.isatty():
         return tqdm(file=file, dynamic_ncols=True, **kwargs)
-    return tqdm(file=_Lines(file), delay=LOG_EVERY_S, mininterval=LOG_EVERY_S, ncols=100, ascii=True, **kwargs)
+    return _LogBar(file=_Lines(file), delay=LOG_EVERY_S, mininterval=LOG_EVERY_S, ncols=100, ascii=True, **kwargs)

@@ -14,12 +14,12 @@ Layout of `data_dir` (by default `prepared/` beside the run directories, e.g. ru
 `key` is a sha256 of the format, the sha256 of both training files' bytes and the
 tokenizer settings. The same corpus with the same settings maps to the same folder on
 any machine (copy the folder to share it); one changed byte maps to another. Every
-input file is read and hashed each time (about 1 s per GB with hardware SHA): a file's
+input file is read and hashed each time (about 1.3 s per GB with hardware SHA): a file's
 size and modification time never stand for its content, so an edit that keeps both is
-seen, and a touched file finds the same key and nothing is re-encoded. A folder is built as `<name>.tmp-<host>-<pid>` and renamed into place when
-complete, so a reader never sees half of one, two processes preparing the same data
-cannot mix their files, and a build killed half-way is deleted by the next one (once
-its process is gone).
+seen, and a touched file finds the same key and nothing is re-encoded. A folder is built
+as `<name>.tmp-<host>-<pid>` and renamed into place when complete, so a reader never sees
+half of one, two processes preparing the same data cannot mix their files, and a build
+killed half-way is deleted by the next one (once its process is gone).
 """
 
 import contextlib

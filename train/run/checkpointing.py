@@ -132,7 +132,8 @@ def _prune(manifest: Manifest, keep_last: int, keep_last_full: int) -> None:
     for old in checkpoints[:-keep_last_full]:
         manifest.remove(optimizer_path(old).name)
     for name in manifest.listed():  # a killed save's optimizer file, without its weights
-        if name.endswith(".optimizer.safetensors") and not (manifest.run_dir / name.replace(".optimizer", "")).is_file():
+        weights = manifest.run_dir / name.replace(".optimizer", "")
+        if name.endswith(".optimizer.safetensors") and not weights.is_file():
             manifest.remove(name)
 
 

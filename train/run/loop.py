@@ -9,15 +9,16 @@ clip, and take one Adam step (β₁ 0.9, β₂ 0.98, ε 1e-9) at the rate of Eq.
 This file is the bookkeeping around it: data order, logging, validation,
 checkpoints, signals.
 
-The run directory holds the run: config.json (the resolved config), prepared.json
-(which prepared data it trains on: train/data/inputs.py; the data itself is shared, in
-`data_dir`), tokenizer.model, metrics.jsonl, ckpt_<step:08d>.safetensors (the last
-`keep_last`; train/run/checkpointing.py) and best.safetensors (the best validation BLEU
-so far). A checkpoint stores the weights, the Adam moments and step, the data position
-(epoch, batch) and the dropout RNG state, so that stopping at step N and running again
-continues exactly as if the run had never stopped. Nothing in an existing run directory
-is overwritten unless `force=True` (which starts the run over, deleting only this
-tool's files), and one process at a time trains in it (train/run/run_dir.py).
+The run directory holds the run: manifest.jsonl (every file listed below, with its sha256:
+train/run/manifest.py), config.json (the resolved config), prepared.json (which prepared data
+it trains on: train/run/run_data.py; the data itself is shared, in `data_dir`),
+tokenizer.model, metrics.jsonl, ckpt_<step:08d>.safetensors (the last `keep_last`;
+train/run/checkpointing.py) and best.safetensors (the best validation so far:
+train/run/validation.py). A checkpoint stores the weights, the Adam moments and step, the
+data position (epoch, batch) and the dropout RNG state, so that stopping at step N and running
+again continues exactly as if the run had never stopped. Nothing in a run directory is
+overwritten or deleted unless the manifest lists it (`force=True` starts the run over,
+deleting those files only), and one process at a time trains in it (train/run/run_dir.py).
 
 Many devices (README, "Many GPUs"): `fit(..., comm=)` trains data-parallel over the ranks
 of a train/distributed/communicators.py communicator; every rank takes its share of each update
@@ -28,7 +29,7 @@ write a checkpoint and return (FitResult.stopped says why); a non-finite loss
 or gradient in fp32 raises DivergedError before the optimizer step, so the
 newest checkpoint stays the last good one; an unwritable run directory is an
 InputError before anything is trained. With `train.patience` the run also stops
-after that many validations without a better BLEU (FitResult.stopped = "early stopping").
+after that many validations without a better `train.best_metric` (FitResult.stopped = "early stopping").
 
 Shapes: B pairs in a batch, S source length, T target length, V vocab.
 """

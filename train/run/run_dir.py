@@ -49,7 +49,7 @@ _FIT_WRITES = re.compile(_FIT_NAMES)
 # Every name this tool writes in a run directory (what a run made before manifests may hold).
 _OURS = re.compile(_FIT_NAMES + r"|test\.hyp|averaged_last\d+\.safetensors"
                    r"|plots/(loss|perplexity|lr|bleu|tokens_per_s|attention)\.png"
-                   r"|tensorboard/events\.out\.tfevents\.\d+\.[^/]+|tensorboard-export/events\.out\.tfevents\.\d+\.[^/]+")
+                   r"|(tensorboard|tensorboard-export)/events\.out\.tfevents\.\d+\.[^/]+")
 _OUR_FOLDERS = ("plots", "tensorboard", "tensorboard-export")
 
 
@@ -135,7 +135,8 @@ def open_run(run_dir: Path, adopt: list[str] | None) -> Manifest:
     blocking = [n for n in _entries(run_dir) if _FIT_WRITES.fullmatch(n) and n not in listed]
     if blocking:
         raise InputError(f"{run_dir}: holds {_named(blocking)}, which this tool did not write (not in "
-                         f"{MANIFEST_FILE}) and would overwrite; nothing was changed; move them out of the run directory")
+                         f"{MANIFEST_FILE}) and would overwrite; nothing was changed; move them out of the run "
+                         f"directory")
     return manifest
 
 

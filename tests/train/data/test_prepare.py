@@ -243,4 +243,5 @@ def test_prepare_command_then_the_fit_command_it_prints_runs(tmp_path, number_fi
                             env=env, timeout=300, cwd=tmp_path / "elsewhere")
     assert fitted.returncode == 0, fitted.stderr
     assert "reusing prepared data" in fitted.stdout and "nothing to encode" in fitted.stdout
-    assert "done: step 1" in fitted.stdout and (tmp_path / "elsewhere" / "runs" / "demo" / "ckpt_00000001.safetensors").is_file()
+    assert "done: step 1" in fitted.stdout
+    assert (tmp_path / "elsewhere" / "runs" / "demo" / "ckpt_00000001.safetensors").is_file()

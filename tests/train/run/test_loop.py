@@ -236,8 +236,8 @@ def test_early_stopping_and_best_checkpoint_by_validation_bleu(tmp_path, monkeyp
     import train.run.validation as validation_module
 
     bleus = iter([1.0, 3.0, 2.0, 2.5, 9.0])  # best at the 2nd validation, then 2 without improvement
-    monkeypatch.setattr(validation_module, "validate", lambda *args: {"loss": 1.0, "nll": 1.0, "ppl": 2.7, "exact_match": 0.0,
-                                                                "bleu": next(bleus), "bleu_sentences": 4})
+    monkeypatch.setattr(validation_module, "validate", lambda *args: {
+        "loss": 1.0, "nll": 1.0, "ppl": 2.7, "exact_match": 0.0, "bleu": next(bleus), "bleu_sentences": 4})
     config = tiny_config("train.max_steps=10", "train.valid_every=1", "train.ckpt_every=1", "train.keep_last=10",
                          "train.patience=2", "train.best_metric=bleu", "train.valid_bleu_sentences=8")
     result = quiet_fit(config, tmp_path)
