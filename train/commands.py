@@ -19,7 +19,7 @@ from train.data.files import iter_lines, write_atomic
 from train.errors import InputError
 from train.evaluate.scores import corpus_scores
 from train.run import checkpointing
-from train.run.manifest import Manifest
+from train.run.manifest import MANIFEST_FILE, Manifest
 from train.run.run_data import recorded_file
 from train.threads import cpu_threads
 from transformer.checkpoint import CheckpointError
@@ -74,8 +74,8 @@ def _fit_target(args, overrides: list[str]):
     if args.run_dir is not None or args.init_from is not None:
         raise InputError("--resume RUN_DIR is the run directory, and it resumes from its own checkpoints; "
                          "leave out --run-dir and --init-from")
-    if not (args.resume / "manifest.jsonl").is_file() and not (args.resume / "config.json").is_file():
-        raise InputError(f"{args.resume}: not a run directory (no manifest.jsonl, no config.json) to resume")
+    if not (args.resume / MANIFEST_FILE).is_file() and not (args.resume / "config.json").is_file():
+        raise InputError(f"{args.resume}: not a run directory (no {MANIFEST_FILE}, no config.json) to resume")
     record = recorded(args.resume)
     data_dir = args.data_dir or (Path(record["data"]).parent if record else None)
     return config_lib.load(args.resume / "config.json", overrides), args.resume, data_dir
@@ -235,6 +235,7 @@ def plot(args) -> int:
 
     if not (args.run_dir / "metrics.jsonl").is_file():
         raise InputError(f"{args.run_dir}: no metrics.jsonl here; is it a run directory?")
+    Manifest.load(args.run_dir)  # the figures go into RUN_DIR/plots as the run's files
     written = plot_run(args.run_dir)
     checkpoints = checkpointing.run_checkpoints(args.run_dir)
     sentence = args.sentence

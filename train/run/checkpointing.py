@@ -27,7 +27,6 @@ InputError that names the newest good checkpoint, which stays the newest.
 import dataclasses
 import json
 import re
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,8 +36,8 @@ from train.data.tokenizer import Tokenizer
 from train.errors import InputError
 from train.run.manifest import Manifest
 from transformer.checkpoint import (OPTIMIZER_PREFIX, CheckpointError, average_checkpoints, checkpoint_path,
-                                   is_weight, load_checkpoint, load_model, load_weights, restore_optimizer,
-                                   save_checkpoint, save_model)
+                                   is_weight, load_checkpoint, load_model, load_weights, newest_valid,
+                                   restore_optimizer, save_checkpoint, save_model)
 
 BEST_FILE = "best.safetensors"
 WEIGHTS = re.compile(r"ckpt_(\d{8})\.safetensors")  # transformer.checkpoint.checkpoint_path's names
@@ -82,14 +81,7 @@ def run_checkpoints(run_dir: Path) -> list[Path]:
 
 def latest_valid(run_dir: Path) -> Path | None:
     """The run's newest checkpoint that loads and verifies; corrupt ones are skipped with a warning."""
-    for path in reversed(run_checkpoints(run_dir)):
-        try:
-            load_checkpoint(path, verify=True)
-        except (CheckpointError, OSError) as err:
-            warnings.warn(f"skipping unusable checkpoint: {err}", stacklevel=2)
-            continue
-        return path
-    return None
+    return newest_valid(run_checkpoints(run_dir))
 
 
 def optimizer_path(checkpoint: Path) -> Path:
