@@ -52,7 +52,7 @@ class Progress:
     batch_pos: int = 0  # next batch within this epoch's shuffled order
     tokens_seen: int = 0  # target tokens trained on
     elapsed_s: float = 0.0  # training wall time over all sessions
-    best_score: float | None = None  # best validation BLEU so far (or -loss when BLEU is off)
+    best_score: float | None = None  # best validation so far: its BLEU or -loss (train.best_metric)
     best_step: int = 0  # the step of best.safetensors
     bad_validations: int = 0  # validations since the best one (early stopping: train.patience)
 
