@@ -142,10 +142,10 @@ class Manifest:
         self.entries[entry["file"]] = entry
 
     def claim(self, name: str, append: bool = False) -> Path:
-        """Before writing `name`: refuse a file of the user's there, else note that we are writing it."""
+        """Before writing `name`: refuse a file of the user's there, else note that we are writing it (so a
+        kill before `record` leaves it ours: `settle` records what is there)."""
         self.refuse_if_foreign(name)
-        if name not in self.entries or self.entries[name].get("removed"):
-            self._append({"file": name, "writing": True, **({"append": True} if append else {})})
+        self._append({"file": name, "writing": True, **({"append": True} if append else {})})
         return self.run_dir / name
 
     def record(self, name: str, append: bool = False) -> None:

@@ -144,3 +144,18 @@ def test_force_keeps_a_file_of_ours_the_user_changed_and_says_so(tmp_path, capsy
         quiet_fit(run_dir, "train.max_steps=2", "model.d_model=32", force=True)
     assert "kept 'tokenizer.vocab': changed since this tool wrote it, so it is yours now" in capsys.readouterr().out
     assert (run_dir / "tokenizer.vocab").read_text() == "edited by hand"
+
+
+def test_a_kill_between_a_write_and_its_hash_leaves_the_file_ours(tmp_path):
+    """Every write is announced in the manifest before it starts, so a file of ours overwritten (best.safetensors,
+    config.json) by a process killed before it recorded the new hash is still ours, and the next run records it."""
+    manifest = Manifest.create(tmp_path)
+    manifest.write_bytes("best.safetensors", b"the first best")
+    manifest.claim("best.safetensors")
+    (tmp_path / "best.safetensors").write_bytes(b"a better one, written just before a kill")
+    again = Manifest.load(tmp_path)
+    assert again.owns("best.safetensors")
+    again.settle()
+    assert Manifest.load(tmp_path).entries["best.safetensors"]["size"] == len(b"a better one, written just before a kill")
+    (tmp_path / "best.safetensors").write_bytes(b"the user's own, written over ours")
+    assert not Manifest.load(tmp_path).owns("best.safetensors")  # changed since: the user's now
