@@ -156,6 +156,7 @@ def test_a_kill_between_a_write_and_its_hash_leaves_the_file_ours(tmp_path):
     again = Manifest.load(tmp_path)
     assert again.owns("best.safetensors")
     again.settle()
-    assert Manifest.load(tmp_path).entries["best.safetensors"]["size"] == len(b"a better one, written just before a kill")
+    recorded = Manifest.load(tmp_path).entries["best.safetensors"]
+    assert recorded["size"] == len(b"a better one, written just before a kill")
     (tmp_path / "best.safetensors").write_bytes(b"the user's own, written over ours")
     assert not Manifest.load(tmp_path).owns("best.safetensors")  # changed since: the user's now
