@@ -63,9 +63,13 @@ class CudaKernels:
     def __init__(self, op: str, name_expressions=()):
         self.op = op
         self.name_expressions = tuple(name_expressions)
-        self.compiled: list[tuple[str, ...]] = []  # the name expressions of each module built, () = the whole file
-        self._modules: dict[tuple[str, ...], object] = {}
+        self._modules: dict[tuple[str, ...], object] = {}  # name expressions -> module; () = the whole file
         self._functions: dict[str, object] = {}
+
+    @property
+    def compiled(self) -> list[tuple[str, ...]]:
+        """The name expressions of each module built so far, in order (() = the whole file)."""
+        return list(self._modules)
 
     def function(self, name: str):
         """The kernel `name`: compiled the first time it is asked for, then the same function object."""
@@ -83,7 +87,6 @@ class CudaKernels:
 
             self._modules[names] = cp.RawModule(code=cuda_source(self.op), options=OPTIONS,
                                                 **({"name_expressions": names} if names else {}))
-            self.compiled.append(names)
         return self._modules[names]
 
 
