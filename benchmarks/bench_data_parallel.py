@@ -25,7 +25,7 @@ from pathlib import Path
 import cupy
 
 from train import config as config_lib
-from train.distributed.communicators import Mpi
+from train.distributed.communicators import SingleProcess
 from train.distributed.nccl import Nccl
 from train.run.loop import fit
 from train.run.metrics import read_metrics
@@ -46,7 +46,7 @@ def step_ms(run_dir: Path, log_every: int) -> float:
 def fit_overhead(steps: int, log_every: int = 20, rounds: int = 2) -> dict:
     overrides = BASE_ON_DEMO_TASK + [f"train.max_steps={steps}", f"train.log_every={log_every}"]
     run_config = config_lib.load(ROOT / "configs" / "demo.toml", overrides)
-    nccl = Nccl(Mpi())
+    nccl = Nccl(SingleProcess())
     times = {"none": [], "nccl": []}
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -61,7 +61,7 @@ def fit_overhead(steps: int, log_every: int = 20, rounds: int = 2) -> dict:
 
 
 def allreduce_one_rank(nbytes: int = 256 * 2**20, repeats: int = 20) -> dict:
-    comm = Nccl(Mpi())
+    comm = Nccl(SingleProcess())
     x = cupy.ones(nbytes // 4, dtype=cupy.float32)
     y = cupy.empty_like(x)
     stream = cupy.cuda.get_current_stream()

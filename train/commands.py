@@ -32,12 +32,14 @@ def fit(args) -> int:
 
     overrides = (list(args.set) + ([f"train.backend={args.backend}"] if args.backend else [])
                  + ([f"train.patience={args.patience}"] if args.patience is not None else []))
-    run_config = config_lib.load(args.config, overrides)
-    run_dir = args.run_dir if args.run_dir is not None else Path("runs") / run_config.name
-    comm = communicators.from_launcher(run_config.train.backend)  # under mpiexec: one rank per device
+    host = communicators.host_from_launcher()  # MPI first: a rank that fails before MPI_Init hangs the others in it
     exit_codes = {InputError: 2, CheckpointError: 2, DivergedError: 3, LossScaleOverflowError: 3, KeyboardInterrupt: 130}
     try:
-        with communicators.abort_on_error(comm, exit_codes):  # many ranks: a failure anywhere ends the job
+        with communicators.abort_on_error(host, exit_codes):  # many ranks: a failure anywhere ends the job
+            run_config = config_lib.load(args.config, overrides)
+            run_dir = args.run_dir if args.run_dir is not None else Path("runs") / run_config.name
+            train = run_config.train        # under mpiexec: one rank per device; NCCL set-up fails here too
+            comm = communicators.for_backend(host, train.backend, train.collective_timeout_s)
             result = run_fit(run_config, run_dir, force=args.force, reset_optimizer=args.reset_optimizer,
                              progress=not args.no_progress, data_dir=args.data_dir, comm=comm,
                              tensorboard=args.tensorboard)

@@ -196,7 +196,7 @@ def _links(keys: list[str], on_gpu: bool) -> tuple[dict[str, Link], list[str]]:
 
 def allreduce_only(backend: str, as_json: bool) -> dict | None:
     """Under a launcher: measure the all-reduce over every rank (NCCL on GPUs, MPI on CPUs); rank 0 prints it."""
-    comm = communicators.from_launcher(backend)
+    comm = communicators.for_backend(communicators.host_from_launcher(), backend, 600.0)
     if comm.world_size == 1:
         raise SystemExit("error: --allreduce-only measures between ranks: start it with mpiexec -n K (K >= 2)")
     if backend in ("cuda", "cupy", "gpu"):
