@@ -280,3 +280,18 @@ def test_a_signal_to_one_rank_stops_every_rank_after_the_same_update(tmp_path):
     stopped = re.search(r"SIGTERM: stopped after step (\d+), checkpoint (ckpt_\d+\.safetensors) written", output)
     assert stopped, output[-3000:]
     assert (run_dir / stopped.group(2)).is_file() and int(stopped.group(1)) >= 1
+
+
+@pytest.mark.parametrize("mode", ["busy", "computing"])
+def test_the_watchdog_waits_for_a_busy_rank_and_names_one_that_is_not(mode):
+    """Rank 0 spends 4 s before a barrier, the timeout is 1 s: announced (validation) it is waited for;
+    unannounced, rank 1 asks, learns that rank 0 is alive but elsewhere, and ends the job naming it."""
+    done = run_mpi(2, "tests/train/distributed/watchdog_worker.py", mode)
+    if mode == "busy":
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+        assert "rank 0 passed the barrier" in done.stdout and "rank 1 passed the barrier" in done.stdout
+    else:
+        assert done.returncode != 0
+        assert re.search(r"error: rank 1 of 2: collective #\d+ \(barrier\) has waited \d+ s "
+                         r"\(train.collective_timeout_s = 1\); rank 0 has not reached it: it is computing", done.stderr), \
+            done.stderr[-3000:]
