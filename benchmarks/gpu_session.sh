@@ -87,11 +87,11 @@ ablate)
   ;;
 dp)
   # Two NCCL ranks cannot share one GPU: multi-rank runs on CPU ranks (MPI), NCCL with one rank here.
-  python -c "import mpi4py" 2>/dev/null || pip install -q mpi4py mpich 2>&1 | tail -1
+  python -c "from mpi4py import MPI" 2>/dev/null || pip install -q mpi4py mpich 2>&1 | tail -1   # mpi4py alone lacks an MPI
   python -m pytest -q -p no:cacheprovider -rs tests/train/distributed 2>&1 | tail -8 | tee "$out/dp_tests.txt"
   PYTHONPATH=. python benchmarks/bench_data_parallel.py --json "$out/dp_overhead.json" 2>&1 | tee "$out/dp_overhead.txt"
   python -m train scale --backend cuda --link nvlink4 --link pcie5 --json > "$out/scale.json"
-  PYTHONPATH=. python -c "import json, sys; from train.experiments.scale import format_report; \
+  PYTHONPATH=. python -c "import json, sys; from train.experiments.scale_report import format_report; \
 print(format_report(json.load(open(sys.argv[1]))))" "$out/scale.json" | tee "$out/scale.txt"
   ;;
 *) echo "usage: $0 check|step|multi30k [bf16|fp32|fp16]|ablate [table3|recipe]|dp" >&2; exit 2 ;;

@@ -263,19 +263,23 @@ def bench(args) -> int:
 
 def scale(args) -> int:
     """Project data-parallel training on 1-8 devices from a measured step and all-reduce (train/experiments/scale.py)."""
-    from train.experiments import scale as scale_lib
+    from train.experiments import scale as scale_model
+    from train.experiments import scale_report
 
     if args.allreduce_only:
-        scale_lib.allreduce_only(args.backend, args.json)
+        scale_report.allreduce_only(args.backend, args.json)
         return 0
     for link in args.link:
-        if link not in scale_lib.LINKS and not _is_positive_number(link):
-            raise InputError(f"--link must be one of {', '.join(scale_lib.LINKS)} or a bus bandwidth in GB/s, got {link!r}")
+        if link not in scale_model.LINKS and not _is_positive_number(link):
+            raise InputError(f"--link must be one of {', '.join(scale_model.LINKS)} or a bus bandwidth in GB/s, "
+                             f"got {link!r}")
     if args.accum < 1 or args.bucket_mb < 0 or (args.step_ms is not None and args.step_ms <= 0):
         raise InputError("--accum must be at least 1, --bucket-mb 0 or more and --step-ms positive")
+    if not 0 <= args.overlap <= 1:
+        raise InputError(f"--overlap is a fraction of the all-reduce, between 0 and 1; got {args.overlap}")
     preset = args.preset or ("base" if args.backend in ("cuda", "cupy", "gpu") else "cpu")
-    scale_lib.run(preset, args.backend, args.step_ms, args.batch, args.link, args.bucket_mb, args.accum,
-                  args.steps, args.json)
+    scale_report.run(preset, args.backend, args.step_ms, args.batch, args.link, args.bucket_mb, args.accum,
+                     args.steps, args.json, overlap=args.overlap)
     return 0
 
 

@@ -54,7 +54,8 @@ from train.distributed.watchdog import Watchdog
 from train.errors import InputError
 
 ABORT_GRACE_S = 1.0
-POLL_S = 2e-4                  # how often a waiting rank asks MPI whether its collective is done
+SPIN_S = 2e-3                  # a waiting rank asks MPI without pause for this long,
+POLL_S = 2e-4                  # then every POLL_S whether its collective is done
 LAUNCHER_SIZES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS")
 LAUNCHER_VARIABLES = ("PMI_RANK", "PMIX_RANK", *LAUNCHER_SIZES)
 
@@ -128,9 +129,12 @@ class Mpi:
         self.watchdog = Watchdog(self.comm, timeout_s, self.abort)
 
     def _wait(self, request, number: int) -> None:
-        """Poll (a blocking MPI wait spins a core: ranks may outnumber cores), then tell the watchdog."""
+        """Spin for SPIN_S (a small collective is done by then), then poll with sleeps (a blocking MPI wait would
+        spin a core for as long as it waits: ranks may outnumber cores, and one may wait minutes for rank 0)."""
+        spin_until = time.perf_counter() + SPIN_S
         while not request.Test():
-            time.sleep(POLL_S)
+            if time.perf_counter() > spin_until:
+                time.sleep(POLL_S)
         self.watchdog.finish(number)
 
     def _run(self, what: str, start):

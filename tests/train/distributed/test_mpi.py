@@ -250,12 +250,13 @@ def test_a_failing_rank_ends_the_whole_job_within_60_s(fault, tmp_path):
 
 
 def test_scale_measures_the_allreduce_between_two_local_ranks():
-    from train.experiments.scale import host_link
+    from train.experiments.scale_report import host_link
 
-    link, note = host_link(on_gpu=False)                  # runs `mpiexec -n 2 python -m train scale --allreduce-only`
+    link, overlap, note = host_link(on_gpu=False)   # runs `mpiexec -n 2 python -m train scale --allreduce-only`
     assert link is not None and "measured here" in link.name, note
-    assert link.bus_gbps > 0 and link.latency_us > 0
-    assert note.startswith("MPI all-reduce between 2 local ranks")
+    assert link.bus_gbps > 0 and link.latency_us > 0 and link.at_ranks == 2
+    assert 0.0 <= overlap <= 1.0
+    assert note.startswith("MPI all-reduce between 2 local ranks") and "hidden behind compute" in note
 
 
 def test_a_signal_to_one_rank_stops_every_rank_after_the_same_update(tmp_path):
