@@ -1,4 +1,4 @@
-"""Start-up agreement: before the first update every rank shows the others what it is about to train.
+"""Start-up agreement: before the first update every rank shows the others what it is about to train (§5.2).
 
 Data parallelism is only right if every rank starts from the same state: the same config, the
 same update plan, the same restored step and data position, dropout generator, loss scale and

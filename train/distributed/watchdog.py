@@ -1,4 +1,4 @@
-"""The collective watchdog: no rank waits for ever, and the job says which rank it waited for.
+"""The collective watchdog: no rank waits for ever, and the job says which rank it waited for (§5.2: 8 GPUs).
 
 Every rank issues the same collectives in the same order (train/run/step.py), so each one has a
 number, the same on every rank. The communicator tells the watchdog when a collective starts and

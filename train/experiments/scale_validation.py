@@ -1,4 +1,4 @@
-"""The scaling model checked against a published measurement: NVIDIA's Transformer on 1, 4 and 8 A100s.
+"""The scaling model checked against a published measurement: NVIDIA's Transformer (§5.2) on 1, 4 and 8 A100s.
 
 NVIDIA DeepLearningExamples, PyTorch/Translation/Transformer, README "Training performance: NVIDIA
 DGX A100 (8x A100 40GB)", pytorch-22.06 container, mixed precision, 10,240 tokens per GPU
