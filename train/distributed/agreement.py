@@ -10,7 +10,7 @@ whose copy of the run directory is older, would train on silently wrong (issue #
 
 gathers every rank's values (small: a config, an RNG state, a file digest) and raises the same
 InputError on every rank when any differ, naming the field, the ranks and both values. One
-collective (all_gather_object), every rank, before the first update.
+collective (all_gather_json), every rank, before the first update.
 """
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def check_agreement(comm, fields: dict) -> None:
     """InputError on every rank unless every rank of `comm` holds the same `fields` (JSON-able values)."""
     if comm.world_size == 1:
         return
-    lines = disagreements(comm.all_gather_object(fields))
+    lines = disagreements(comm.all_gather_json(fields))
     if lines:
         raise InputError("the ranks disagree before the first update: " + "; ".join(lines) + "; every rank must run "
                          "the same command on the same run directory (one file system that every node sees)")

@@ -8,7 +8,7 @@ The paper trained on 8 GPUs (§5.2); so does `mpiexec -n 8 python -m train fit .
     comm.all_reduce(array)                   # in place: the sum over ranks, on the training backend's arrays
     handle = comm.all_reduce_async(array)    # ... the same, started now; handle.wait() before reading it
     comm.all_reduce_host(np.array([...]))    # small host values (token counts, flags); op="max" too
-    comm.all_gather_object(value)            # every rank's small picklable value, in rank order
+    comm.all_gather_json(value)              # every rank's small JSON-able value, in rank order
     comm.broadcast(array)                    # in place: rank 0's values everywhere
     comm.barrier(); comm.abort(code)
     with comm.busy("validation"): ...        # a long phase this rank runs alone (the watchdog waits for it)
@@ -40,8 +40,8 @@ start-up line that maps each PID to its rank.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
-import pickle
 import shutil
 import sys
 import sysconfig
@@ -58,6 +58,11 @@ SPIN_S = 2e-3                  # a waiting rank asks MPI without pause for this 
 POLL_S = 2e-4                  # then every POLL_S whether its collective is done
 LAUNCHER_SIZES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS")
 LAUNCHER_VARIABLES = ("PMI_RANK", "PMIX_RANK", *LAUNCHER_SIZES)
+
+
+def _to_json(value) -> str:
+    """JSON text of a small value (NumPy scalars and arrays as plain numbers and lists): what ranks exchange."""
+    return json.dumps(value, default=lambda o: o.tolist() if hasattr(o, "tolist") else repr(o))
 
 
 class Done:
@@ -82,8 +87,8 @@ class SingleProcess:
     def all_reduce_host(self, values, op: str = "sum") -> np.ndarray:
         return np.array(values)
 
-    def all_gather_object(self, value) -> list:
-        return [value]
+    def all_gather_json(self, value) -> list:
+        return [json.loads(_to_json(value))]
 
     def broadcast(self, array, root: int = 0):
         return array
@@ -153,14 +158,14 @@ class Mpi:
     def all_reduce_host(self, values, op: str = "sum") -> np.ndarray:
         return self.all_reduce(np.array(values), op)
 
-    def all_gather_object(self, value) -> list:
-        data = np.frombuffer(pickle.dumps(value), dtype=np.uint8)
+    def all_gather_json(self, value) -> list:
+        data = np.frombuffer(_to_json(value).encode("utf-8"), dtype=np.uint8)
         sizes = np.zeros(self.world_size, dtype=np.int64)
         self._run("all-gather of sizes", lambda: self.comm.Iallgather(np.array([data.size], np.int64), sizes))
         gathered = np.empty(int(sizes.sum()), dtype=np.uint8)
         self._run(f"all-gather of {data.size:,} bytes", lambda: self.comm.Iallgatherv(data, (gathered, sizes)))
         ends = np.cumsum(sizes)
-        return [pickle.loads(gathered[end - size:end].tobytes()) for end, size in zip(ends, sizes)]
+        return [json.loads(gathered[end - size:end].tobytes().decode("utf-8")) for end, size in zip(ends, sizes)]
 
     def broadcast(self, array, root: int = 0):
         self._run(f"broadcast of {array.nbytes:,} bytes", lambda: self.comm.Ibcast(array, root=root))
@@ -177,7 +182,7 @@ class Mpi:
         os._exit(code)             # MPI_Abort may return while the launcher ends the job: never carry on
 
     def describe(self) -> str:
-        where = self.all_gather_object((os.getpid(), self.MPI.Get_processor_name(), self.local_rank))
+        where = self.all_gather_json((os.getpid(), self.MPI.Get_processor_name(), self.local_rank))
         return "ranks: " + ", ".join(f"{r} pid {pid} on {host} (local {local})"
                                      for r, (pid, host, local) in enumerate(where))
 
@@ -278,15 +283,15 @@ def device_index(local_rank: int, local_size: int, device_count: int) -> int:
 def rank_zero_first(comm):
     """Rank 0 runs the block first (it writes the run directory); the others run it once it is done (they read).
 
-    The others wait without a time limit while rank 0 is alive (preparing data can take an hour).
+    Each announces the block as busy: the others wait for it without a time limit while it is
+    alive (preparing the data can take an hour, reading it back a while).
     """
     if comm.rank != 0:
         comm.barrier()
+    with comm.busy("preparing the run" if comm.rank == 0 else "reading the run rank 0 prepared"):
         yield
-        return
-    with comm.busy("preparing the run (data, tokenizer, checkpoint)"):
-        yield
-    comm.barrier()
+    if comm.rank == 0:
+        comm.barrier()
 
 
 @contextlib.contextmanager

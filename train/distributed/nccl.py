@@ -49,8 +49,8 @@ class Nccl:
         self.device = cupy.cuda.Device(device_index(self.local_rank, self.local_size,
                                                     cupy.cuda.runtime.getDeviceCount()))
         self.device.use()                                      # before the model allocates anything
-        uid = host.all_gather_object(nccl.get_unique_id() if self.rank == 0 else None)[0]
-        self.comm = nccl.NcclCommunicator(self.world_size, uid, self.rank)
+        uid = host.all_gather_json(nccl.get_unique_id() if self.rank == 0 else None)[0]   # 128 small ints
+        self.comm = nccl.NcclCommunicator(self.world_size, tuple(uid), self.rank)
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self.dtypes = {cupy.dtype(cupy.float16): nccl.NCCL_FLOAT16, cupy.dtype(cupy.float32): nccl.NCCL_FLOAT32,
                        cupy.dtype(cupy.float64): nccl.NCCL_FLOAT64, cupy.dtype(cupy.int32): nccl.NCCL_INT32,
@@ -91,8 +91,8 @@ class Nccl:
     def all_reduce_host(self, values, op: str = "sum"):
         return self.host.all_reduce_host(values, op)
 
-    def all_gather_object(self, value) -> list:
-        return self.host.all_gather_object(value)
+    def all_gather_json(self, value) -> list:
+        return self.host.all_gather_json(value)
 
     def barrier(self) -> None:
         self.host.barrier()

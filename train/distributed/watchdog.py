@@ -17,7 +17,8 @@ Except for the busy case, the rank prints `error: rank R of K: collective #n (wh
 for rank(s) ...; ending the job` and calls the abort it was given (MPI_Abort: the launcher ends
 every process, a stopped one too). So a stalled rank ends the job in about timeout_s + PROBE_GRACE_S.
 
-The questions and answers need MPI_THREAD_MULTIPLE (mpi4py asks for it; MPICH and Open MPI give it).
+The questions and answers need MPI_THREAD_MULTIPLE (mpi4py asks for it; MPICH and Open MPI give it);
+without it the watchdog still ends the job after timeout_s, without naming the rank.
 """
 from __future__ import annotations
 
@@ -36,8 +37,12 @@ class Watchdog:
     """Times this rank's collectives over `comm` (an mpi4py communicator); `abort(code)` ends the job."""
 
     def __init__(self, comm, timeout_s: float, abort):
+        from mpi4py import MPI
+
         self.control = comm.Dup()                   # its own messages never meet the training's
         self.rank, self.world_size = comm.Get_rank(), comm.Get_size()
+        self.can_ask = MPI.Query_thread() == MPI.THREAD_MULTIPLE   # else this thread must not call MPI
+        self.sent = []                              # questions and answers in flight (their buffers must live)
         self.timeout_s, self.abort = timeout_s, abort
         self.issued = 0                             # collectives this rank has started
         self.pending: dict[int, list] = {}          # number -> [started, what, done() or None]
@@ -81,7 +86,8 @@ class Watchdog:
     def _run(self) -> None:
         next_check = time.monotonic() + 1.0
         while not self.stopped.wait(TICK_S):
-            self._answer_questions()
+            if self.can_ask:
+                self._answer_questions()
             if time.monotonic() >= next_check:
                 next_check = time.monotonic() + 1.0
                 self._check()
@@ -95,10 +101,11 @@ class Watchdog:
             return {"issued": self.issued, "waiting": waiting, "busy": busy}
 
     def _answer_questions(self) -> None:
+        self.sent = [request for request in self.sent if not request.Test()]
         while self.control.iprobe(tag=PROBE):
             status = _status()
             self.control.recv(tag=PROBE, status=status)
-            self.control.isend(self._state(), dest=status.Get_source(), tag=ANSWER)
+            self.sent.append(self.control.isend(self._state(), dest=status.Get_source(), tag=ANSWER))
 
     def _check(self) -> None:
         for check in self.checks:
@@ -126,9 +133,11 @@ class Watchdog:
 
     def _ask_everyone(self, number: int) -> str | None:
         """Why collective `number` has not finished, in words; None when a rank is busy with a long phase."""
+        if not self.can_ask:
+            return "the other ranks cannot be asked why (this MPI does not provide MPI_THREAD_MULTIPLE)"
         peers = [r for r in range(self.world_size) if r != self.rank]
         for peer in peers:
-            self.control.isend(number, dest=peer, tag=PROBE)
+            self.sent.append(self.control.isend(number, dest=peer, tag=PROBE))
         answers, deadline = {}, time.monotonic() + PROBE_GRACE_S
         while len(answers) < len(peers) and time.monotonic() < deadline:
             self._answer_questions()                 # a peer may be asking at the same time

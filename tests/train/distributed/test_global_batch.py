@@ -70,7 +70,7 @@ def test_agreement_raises_the_same_error_on_every_rank():
     class TwoRanks(SingleProcess):
         world_size = 2
 
-        def all_gather_object(self, value):
+        def all_gather_json(self, value):
             return [value, {**value, "RNG state": {"state": 2}}]
 
     with pytest.raises(InputError, match=r"the ranks disagree before the first update: RNG state of rank 1 differs"):

@@ -127,7 +127,7 @@ def test_single_process_collectives_leave_their_input():
     values = np.array([1.0, 2.0])
     assert comm.all_reduce(values) is values and comm.broadcast(values) is values
     assert agree_on_signal(comm, None) is None and agree_on_signal(comm, "SIGTERM") == "SIGTERM"
-    assert comm.all_gather_object({"a": 1}) == [{"a": 1}]
+    assert comm.all_gather_json({"a": 1}) == [{"a": 1}]
 
 
 def test_abort_on_error_names_the_rank_and_uses_the_exit_code(capsys, monkeypatch):
