@@ -272,7 +272,13 @@ def for_backend(host, backend: str, timeout_s: float):
 
 
 def device_index(local_rank: int, local_size: int, device_count: int) -> int:
-    """The GPU of a rank: its local rank, one GPU per rank; an InputError if a node has more ranks than GPUs."""
+    """The GPU of a rank: its local rank, one GPU per rank; an InputError if a node has more ranks than GPUs.
+
+    A rank that sees a single GPU was given it by the launcher (srun --gpus-per-task=1,
+    CUDA_VISIBLE_DEVICES per rank): that one.
+    """
+    if device_count == 1:
+        return 0
     if local_size > device_count:
         raise InputError(f"{local_size} ranks were started on a node with {device_count} GPU(s): start one rank "
                          f"per GPU (mpiexec -ppn {device_count}, srun --ntasks-per-node={device_count})")

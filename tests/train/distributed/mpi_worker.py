@@ -30,7 +30,6 @@ from train.data.batching import shard
 from train.distributed.communicators import Mpi, device_index
 from train.distributed.grad_sync import GradSync, ReplicaMismatchError
 from train.run.loss_scaler import DynamicLossScaler
-from train.errors import InputError
 from train.run.step import _agreed, train_step
 from transformer import LabelSmoothingLoss, Transformer, TransformerConfig
 
@@ -125,15 +124,10 @@ def wait_for_rank0(comm):
         time.sleep(0.01)
 
 
-def node_layout(comm, nodes: int) -> dict:
+def node_layout(comm) -> dict:
     """This rank's place on its (simulated) node, and the GPU it would take there."""
-    layout = {"local_rank": comm.local_rank, "local_size": comm.local_size,
-              "device": device_index(comm.local_rank, comm.local_size, device_count=comm.local_size)}
-    try:
-        device_index(comm.local_rank, comm.local_size, device_count=comm.local_size - 1)
-    except InputError as err:
-        layout["too_few_gpus"] = str(err)
-    return layout
+    return {"local_rank": comm.local_rank, "local_size": comm.local_size,
+            "device": device_index(comm.local_rank, comm.local_size, device_count=comm.local_size)}
 
 
 def main(out_path, nodes=None):
@@ -168,7 +162,7 @@ def main(out_path, nodes=None):
     except ReplicaMismatchError as err:
         replica_error = str(err)
 
-    gathered = comm.comm.gather({"nan": nan_result, "replica_error": replica_error, "node": node_layout(comm, nodes),
+    gathered = comm.comm.gather({"nan": nan_result, "replica_error": replica_error, "node": node_layout(comm),
                                  "dp_equal_to_rank0": {k: bool((v == comm.comm.bcast(v, root=0)).all())
                                                        for k, v in dp.items()}}, root=0)
     if comm.rank != 0:

@@ -59,6 +59,7 @@ def test_launchers_are_recognised_by_their_variables():
 
 def test_one_gpu_per_local_rank_and_no_more_ranks_than_gpus():
     assert [device_index(local, 8, 8) for local in range(8)] == list(range(8))
+    assert [device_index(local, 8, 1) for local in range(8)] == [0] * 8     # the launcher bound one GPU to each
     with pytest.raises(InputError, match=r"16 ranks were started on a node with 8 GPU\(s\): start one rank per GPU "
                                          r"\(mpiexec -ppn 8, srun --ntasks-per-node=8\)"):
         device_index(3, 16, 8)

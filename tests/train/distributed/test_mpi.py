@@ -74,8 +74,6 @@ def test_k_ranks_train_exactly_like_one_process(ranks, nodes, tmp_path):
         assert [n["local_rank"] for n in layout] == [r % per_node for r in range(ranks)]
         assert [n["device"] for n in layout] == [r % per_node for r in range(ranks)]
         assert all(n["local_size"] == per_node for n in layout)
-        assert all(f"{per_node} ranks were started on a node with {per_node - 1} GPU(s)" in n["too_few_gpus"]
-                   for n in layout)
 
 
 def _fit_one_process(run_dir: Path, *sets: str):
