@@ -200,9 +200,10 @@ assert error["mean of means"] > 0.01, "the mean of per-rank means is a different
 # update's micro-batches so that the two agree: rank r gets the r-th block, and
 # every rank gets the same number, padded with `None` (an empty batch: no
 # forward, no tokens, but the same collectives), because every rank must issue
-# the same all-reduces in the same order. So `train.accum` × ranks is the
-# number of micro-batches per update, and changing one for the other leaves the
-# update as it was. Here in one process (float64, dropout off): micro-batches,
+# the same all-reduces in the same order. So ranks × micro-batches per rank is
+# the number of micro-batches per update, and changing one for the other leaves
+# the update as it was: `train.tokens_per_update` fixes the update, and the
+# micro-batches per rank follow from the number of ranks. Here in one process (float64, dropout off): micro-batches,
 # the same with empty ones in between, and the one big batch. (They agree to
 # ~10⁻¹¹, not 10⁻¹⁶: the key projection's bias has a gradient of exactly 0, as
 # softmax ignores a shift of a whole row of scores (§3.2.1), so what is computed
@@ -250,7 +251,8 @@ assert float(np.abs(untouched.flat_parameters() - big).max()) > 1e-4, "the updat
 # (both in the test extra), with NumPy arrays.
 #
 # We train a tiny model for 2 updates twice: on **2 ranks with 1 micro-batch
-# each**, and in **one process with 2 micro-batches** (`train.accum=2`), and
+# each**, and in **one process with 2 micro-batches** (both `train.tokens_per_update=512`
+# with `train.max_tokens=256`), and
 # compare every number in the checkpoints: weights, Adam's moments and step.
 # With two ranks the all-reduce is one addition, g₀ + g₁, the very addition
 # that accumulation does, so even in float32 the two runs must agree **bit for
@@ -267,10 +269,12 @@ TINY = ["task.n_train=100", "task.n_valid=8", "task.n_test=8", "tokenizer.vocab_
 
 
 def fit_command(run_dir, accum, ranks=1):
-    """`[mpiexec -n ranks] python -m train fit ...` on the demo config, shrunk to a tiny model and 2 updates."""
+    """`[mpiexec -n ranks] python -m train fit ...` on the demo config, shrunk to a tiny model and 2 updates:
+    each update `ranks` × `accum` micro-batches of 256 tokens (train.tokens_per_update)."""
     launcher = [MPIEXEC, "-n", str(ranks)] if ranks > 1 else []
+    update = f"train.tokens_per_update={256 * ranks * accum}"
     return launcher + [sys.executable, "-m", "train", "fit", "--config", "configs/demo.toml", "--run-dir",
-                       str(run_dir), "--no-progress", *(f"--set={s}" for s in TINY + [f"train.accum={accum}"])]
+                       str(run_dir), "--no-progress", *(f"--set={s}" for s in TINY + [update])]
 
 
 def fit(run_dir, accum, ranks=1):
@@ -300,7 +304,7 @@ else:
                "1 process × 2": fit(runs["1 process × 2"], accum=2),
                "1 process × 1": fit(runs["1 process × 1"], accum=1)}
     log = outputs["2 ranks × 1"].splitlines()
-    print("\n".join(line for line in log if line.startswith(("data parallel", "step"))))
+    print("\n".join(line for line in log if line.startswith(("update", "data parallel", "step"))))
     tensors = {name: checkpoint(run_dir) for name, run_dir in runs.items()}
     reference = tensors["1 process × 2"]
     differing = {name: [key for key in reference if not np.array_equal(t[key], reference[key])]
@@ -324,16 +328,18 @@ if MPIEXEC is not None:
 # `python -m train scale`). Data parallelism adds one all-reduce of the fp32
 # gradient per update to the single-GPU step; with the ring of section 1 it takes
 #
-#     t_ar(n) = buckets · α + 2(n − 1)/n · gradient bytes / bus bandwidth
+#     t_ar(n) = buckets · α(n) + 2(n − 1)/n · gradient bytes / bus bandwidth
 #
-# with α the latency of one call. The gradient is all-reduced in buckets of
-# ~25 MB, each started while backward is still computing the layers before it
-# (`train/distributed/grad_sync.py`), so only what is left when backward ends adds to the
-# step (the model takes backward as 2/3 of the step). Bus bandwidths are
-# presets: NVLink 4 through NVSwitch (H100 SXM) ~450 GB/s, PCIe 5 x16 ~64 GB/s.
-# The single-GPU step is the README's measurement of the base model in fp16 on
-# one H100: **176 ms** for 250 sentences × 100 tokens a side (~25,000 target
-# tokens per GPU, §5.1's whole batch on each GPU). The command:
+# with α(n) the latency of one call (its ring has 2(n − 1) hops). The gradient is
+# all-reduced in buckets of ~25 MB, each started while backward is still
+# computing the layers before it (`train/distributed/grad_sync.py`); how much of
+# that really hides behind backward has to be **measured** on the node
+# (`mpiexec -n 8 python -m train scale --backend cuda --allreduce-only`), so the
+# projection counts none of it unless told (on CPU ranks MPICH makes no progress
+# in the background at all). Bus bandwidths are presets: NVLink 4 through NVSwitch
+# (H100 SXM) ~450 GB/s, PCIe 5 x16 ~64 GB/s. The single-GPU step is the README's
+# measurement of the base model in fp16 on one H100: **176 ms** for 250
+# sentences × 100 tokens a side. The command:
 #
 #     python -m train scale --preset base --step-ms 176 --link nvlink4 --link pcie5
 
@@ -342,19 +348,21 @@ STEP_S = 0.176                                                      # README: ba
 base = TransformerConfig.base()
 grad_bytes = scale.parameter_count(base) * scale.GRAD_BYTES
 table = {key: scale.project(STEP_S, grad_bytes, scale.LINKS[key], bucket_mb=25.0) for key in ("nvlink4", "pcie5")}
+hidden = {key: scale.project(STEP_S, grad_bytes, scale.LINKS[key], bucket_mb=25.0, overlap=1.0)
+          for key in ("nvlink4", "pcie5")}                           # if all of it hid: never measured here
 print(f"base model: {scale.parameter_count(base):,} parameters, {grad_bytes / 1e6:.0f} MB of fp32 gradient "
       f"(a projection from one measured step, not a measurement)")
 for key, rows in table.items():
     print(f"  {scale.LINKS[key].name}")
-    print(f"    {'n':>2} {'all-reduce':>11} {'step':>9} {'efficiency':>10} {'no overlap':>11}")
-    for row in rows:
+    print(f"    {'n':>2} {'all-reduce':>11} {'step':>9} {'efficiency':>10} {'all hidden':>11}")
+    for row, best in zip(rows, hidden[key]):
         print(f"    {row['devices']:>2} {row['allreduce_ms']:>8.2f} ms {row['step_ms']:>6.1f} ms "
-              f"{row['efficiency']:>9.1%} {row['efficiency_no_overlap']:>10.1%}")
+              f"{row['efficiency']:>9.1%} {best['efficiency']:>10.1%}")
 fig, ax = plt.subplots(figsize=(6, 3.2))
 for key, rows in table.items():
     n = [row["devices"] for row in rows]
-    ax.plot(n, [row["efficiency"] for row in rows], marker="o", label=f"{key}, overlapped")
-    ax.plot(n, [row["efficiency_no_overlap"] for row in rows], ls="--", label=f"{key}, after backward")
+    ax.plot(n, [row["efficiency"] for row in rows], marker="o", label=f"{key}, after backward")
+    ax.plot(n, [row["efficiency"] for row in hidden[key]], ls="--", label=f"{key}, all but the last bucket hidden")
 ax.set_xlabel("GPUs")
 ax.set_ylabel("step(1) / step(n)")
 ax.set_title("projected weak-scaling efficiency, base model")
@@ -365,28 +373,31 @@ tiny = TransformerConfig.tiny(vocab_size=V)
 # %% CHECK
 for key, rows in table.items():
     link = scale.LINKS[key]
-    for row in rows:
+    for row, best in zip(rows, hidden[key]):
         n = row["devices"]
         ring = 2 * (n - 1) / n * grad_bytes / (link.bus_gbps * 1e9)           # section 1's bytes over the bus
-        calls = int(np.ceil(grad_bytes / 25e6)) * link.latency_us * 1e-6
+        calls = int(np.ceil(grad_bytes / 25e6)) * link.latency_us * 1e-6 * (n - 1) / (link.at_ranks - 1)
         assert np.isclose(row["allreduce_ms"], 0 if n == 1 else 1e3 * (ring + calls)), (key, n)
-        assert row["efficiency_no_overlap"] <= row["efficiency"] <= 1.0
+        assert np.isclose(row["step_ms"], 1e3 * STEP_S + row["allreduce_ms"]), "nothing hidden unless measured"
+        assert row["efficiency"] <= best["efficiency"] <= 1.0
 assert scale.parameter_count(tiny) == Transformer(tiny, np.random.default_rng(0)).num_parameters()
-assert table["pcie5"][-1]["efficiency_no_overlap"] < table["nvlink4"][-1]["efficiency_no_overlap"] < 1.0
+assert table["pcie5"][-1]["efficiency"] < table["nvlink4"][-1]["efficiency"] < 1.0
 
 # %% [markdown]
 # On NVLink the all-reduce of the base model's 252 MB costs ~1 ms of a 176 ms
-# step; even over PCIe 5 it is ~7 ms and hides under backward. Data parallelism
-# at this size is nearly free: 8 GPUs take 8 times the tokens per second, as
-# long as each GPU keeps its full batch. What the projection leaves out, it
-# says: NCCL's kernels take some of the GPU from backward, and real links
-# reach less than their peak. Measure on the node with
-# `mpiexec -n 8 python -m train scale --backend cuda --allreduce-only`.
+# step; over PCIe 5 ~7 ms, which backward could hide if the overlap is there.
+# What the bytes leave out matters more: the update waits for the **slowest**
+# GPU, and batches of one token budget differ in work. `python -m train scale`
+# adds that straggler cost from the per-batch work of real WMT sentence lengths
+# and checks the whole model against NVIDIA's published 1 → 8 A100 run (84%
+# measured, within a point predicted): batched as fairseq batches (sorted by
+# source length) the slowest of 8 GPUs costs ~10%; batched as
+# `train.data.batching` does (sorted by the longer side) ~1%.
 #
 # ## Summary
 # - The ring all-reduce sends 2(n − 1)/n × the gradient from every worker (reduce-scatter, then all-gather): under 2× whatever n is.
 # - Weight each rank's mean loss by n_r / N (N from an all-reduce of the token counts) and sum: the update is then exactly the one-big-batch update; the mean of per-rank means is not.
-# - Accumulation is data parallelism in time: `mpiexec -n 2 python -m train fit` writes the checkpoint of one process with `train.accum=2`, bit for bit.
+# - Accumulation is data parallelism in time: `mpiexec -n 2 python -m train fit` writes the checkpoint of one process with 2 micro-batches per update, bit for bit.
 #
 # ## Exercises
 # 1. **Predict, then run.** The big model (§5.2) has about 213M parameters. On 8 GPUs with the ring, how

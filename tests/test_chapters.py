@@ -49,7 +49,7 @@ INTRODUCED = {
     "BF16": 19, "bf16_to_float32": 19, "float_to_bf16": 19, "DynamicLossScaler": 19,
     "scale": 20, "shard": 20, "mpiexec_path": 20,
     "config": 21, "prepare_data": 21, "prepared_key": 21, "PREPARED_FORMAT": 21, "TOKENIZER_SAMPLE_SEED": 21,
-    "train_flops": 21, "shared_data_dir": 21, "split_compounds": 21,
+    "train_flops": 21, "shared_data_dir": 21, "split_compounds": 21, "scale_report": 21,
     "trees": 22, "treebank": 22, "evalb": 22, "scoring": 22, "fit": 22, "translate_lines": 22,
     "ablate": 23, "ablate_grid": 23, "ablate_report": 23,
 }
