@@ -45,7 +45,7 @@ INTRODUCED = {
     "CheckpointError": 16,
     "matmul_forward_ref": 17, "cupy_launch": 17,
     "CountingBackend": 18, "softmax_composed": 18, "layer_norm_composed": 18, "softmax_forward_ref": 18,
-    "layernorm_forward_ref": 18, "numba_cuda": 18,
+    "layernorm_forward_ref": 18, "numba_cuda": 5,
     "BF16": 19, "bf16_to_float32": 19, "float_to_bf16": 19, "DynamicLossScaler": 19,
     "scale": 20, "shard": 20, "mpiexec_path": 20,
     "config": 21, "prepare_data": 21, "prepared_key": 21, "PREPARED_FORMAT": 21, "TOKENIZER_SAMPLE_SEED": 21,
