@@ -105,13 +105,13 @@ def fails(check, *wrong) -> bool:
 
 
 def own_answer(fn, inputs: dict, cotangent) -> dict:
-    """The chapter's own answer for hold_training_path: fn(*tensors) on NumPy float64 leaves, through autograd.
+    """The chapter's own answer for hold_training_path: fn(*leaves) on NumPy float64 Parameters, through autograd.
 
     Returns {"output": fn's output, name: the gradient of Σ output⊙cotangent with respect to input `name`}.
     """
     import minitensor as mt
 
-    leaves = {name: mt.tensor(a, dtype="float64", requires_grad=True) for name, a in inputs.items()}
+    leaves = {name: mt.nn.Parameter(a, dtype="float64") for name, a in inputs.items()}
     out = fn(*leaves.values())
     (out * mt.tensor(cotangent, dtype="float64")).sum().backward()
     grads = {name: np.zeros(leaf.shape) if leaf.grad is None else leaf.grad for name, leaf in leaves.items()}
@@ -127,7 +127,7 @@ def hold_training_path(piece: str, library, inputs: dict, expected: dict, cotang
     """Hold the code that trains `piece` to the chapter's own version: values and gradients, in float64.
 
     library(*tensors) -> Tensor is the library's op (its fused Function). It runs on each backend of
-    `backends` that works here, the inputs as float64 Tensors that need gradients: "numpy" runs the
+    `backends` that works here, the inputs as float64 Parameters (leaves, usable as a module's weights): "numpy" runs the
     NumPy reference kernels, "numba" the compiled CPU kernels that every config trains with, "cupy" the
     CUDA kernels (on a GPU only). `expected` is the chapter's own answer (own_answer, or derived by hand):
     the output, and the gradient of Σ output⊙cotangent for each input it names. `kernels` are forward
@@ -140,7 +140,7 @@ def hold_training_path(piece: str, library, inputs: dict, expected: dict, cotang
     held = []
     for backend in (b for b in backends if mt.available(b)):
         path = f"{piece}, the library on {TRAINING_PATHS[backend]}"
-        leaves = {name: mt.tensor(a, backend=backend, dtype="float64", requires_grad=True) for name, a in inputs.items()}
+        leaves = {name: mt.nn.Parameter(a, backend=backend, dtype="float64") for name, a in inputs.items()}
         out = library(*leaves.values())
         mt.assert_close(out.numpy(), expected["output"], name=f"{path}: output vs the chapter's own")
         (out * mt.tensor(cotangent, backend=backend, dtype="float64")).sum().backward()

@@ -94,6 +94,37 @@ PLANTED = [
     Plant("a fused attention backward that forgets the dropout mask on dW", "transformer/fused.py",
           "d_weights = inverted_dropout(backend, d_dropped, p, seed)", "d_weights = d_dropped",
           "06", "the library on the NumPy reference kernels: gradient of q"),
+    Plant("a Numba embedding backward that overwrites repeated ids instead of adding",
+          "minitensor/kernels/embedding_backward/numba_cpu.py",
+          "dweight[ids[i], j] += dout[i, j]", "dweight[ids[i], j] = dout[i, j]",
+          "07", "the tied source embedding E[ids]·√d_model, the library on the Numba kernels (what every config "
+                "trains with): gradient of E"),
+    Plant("embeddings not multiplied by sqrt(d_model)", "transformer/embedding.py",
+          "self.tie, self.scale = tie, math.sqrt(d_model)", "self.tie, self.scale = tie, 1.0",
+          "07", "source embedding = E[ids]·√d_model"),
+    Plant("sines and cosines swapped in the positional table", "transformer/positional.py",
+          "table[:, 0::2] = np.sin(angle)" + " " * 41 + "# §3.5: PE(pos, 2i)\n    table[:, 1::2] = np.cos(angle)",
+          "table[:, 1::2] = np.sin(angle)" + " " * 41 + "# §3.5: PE(pos, 2i)\n    table[:, 0::2] = np.cos(angle)",
+          "07", "PE(0) must be (0, 1, 0, 1, ...)"),
+    Plant("post-norm order in the fused DropoutAddLayerNorm: x + LayerNorm(Dropout(s))", "transformer/fused.py",
+          "return layer_norm_forward(ctx, z, gamma, beta, eps)",
+          "return ctx.backend.add(x, layer_norm_forward(ctx, z - x, gamma, beta, eps))",
+          "08", "the post-norm sub-layer connection (fused DropoutAddLayerNorm, p_drop = 0.3), the library on the "
+                "NumPy reference kernels: output"),
+    Plant("a fused DropoutAddLayerNorm backward that forgets the dropout mask", "transformer/fused.py",
+          'ds = inverted_dropout(ctx.backend, dz, ctx.params["p"], ctx.params["seed"])', "ds = dz",
+          "08", "the post-norm sub-layer connection (fused DropoutAddLayerNorm, p_drop = 0.3), the library on the "
+                "NumPy reference kernels: gradient of x"),
+    Plant("a Numba LayerNorm with eps outside the square root", "minitensor/kernels/layernorm_forward/numba_cpu.py",
+          "rs = 1.0 / np.sqrt(sq / D + eps)\n        mu_t", "rs = 1.0 / (np.sqrt(sq / D) + eps)\n        mu_t",
+          "08", "LayerNorm, the library on the Numba kernels (what every config trains with): output"),
+    Plant("a Numba LayerNorm backward without the term through the variance",
+          "minitensor/kernels/layernorm_backward/numba_cpu.py",
+          "dx[i, j] = rstd[i] * (g - g_mean - xhat * gx_mean)", "dx[i, j] = rstd[i] * (g - g_mean)",
+          "08", "LayerNorm, the library on the Numba kernels (what every config trains with): gradient of x"),
+    Plant("a numba.cuda LayerNorm with the unbiased variance", "minitensor/kernels/layernorm_forward/numba_cuda.py",
+          "math.sqrt(block_sum(red, tid, partial) / D + eps)", "math.sqrt(block_sum(red, tid, partial) / (D - 1) + eps)",
+          "08", "LayerNorm, the numba.cuda kernel (CUDA simulator): output"),
 ]
 
 
