@@ -127,9 +127,10 @@ def hold_training_path(piece: str, library, inputs: dict, expected: dict, cotang
     """Hold the code that trains `piece` to the chapter's own version: values and gradients, in float64.
 
     library(*tensors) -> Tensor is the library's op (its fused Function). It runs on each backend of
-    `backends` that works here, the inputs as float64 Parameters (leaves, usable as a module's weights): "numpy" runs the
-    NumPy reference kernels, "numba" the compiled CPU kernels that every config trains with, "cupy" the
-    CUDA kernels (on a GPU only). `expected` is the chapter's own answer (own_answer, or derived by hand):
+    `backends`, the inputs as float64 Parameters (leaves, usable as a module's weights): "numpy" runs the
+    NumPy reference kernels, "numba" the compiled CPU kernels that every config trains with (both must
+    work: a backend that fails to load is an error here, not a skip), "cupy" the CUDA kernels (when a GPU is
+    there). `expected` is the chapter's own answer (own_answer, or derived by hand):
     the output, and the gradient of Σ output⊙cotangent for each input it names. `kernels` are forward
     kernels run alone, {name: fn(*arrays) -> array} (the numba.cuda kernels: on the CUDA simulator when
     there is no GPU): their values only. Tolerances are float64's row of minitensor.testing.TOLERANCES.
@@ -138,7 +139,8 @@ def hold_training_path(piece: str, library, inputs: dict, expected: dict, cotang
     import minitensor as mt
 
     held = []
-    for backend in (b for b in backends if mt.available(b)):
+    for backend in (b for b in backends if b != "cupy" or mt.available(b)):   # NumPy and Numba always: no silent skip
+        mt.get_backend(backend)                                                   # raises, with the reason, if it broke
         path = f"{piece}, the library on {TRAINING_PATHS[backend]}"
         leaves = {name: mt.nn.Parameter(a, backend=backend, dtype="float64") for name, a in inputs.items()}
         out = library(*leaves.values())

@@ -125,6 +125,18 @@ PLANTED = [
     Plant("a numba.cuda LayerNorm with the unbiased variance", "minitensor/kernels/layernorm_forward/numba_cuda.py",
           "math.sqrt(block_sum(red, tid, partial) / D + eps)", "math.sqrt(block_sum(red, tid, partial) / (D - 1) + eps)",
           "08", "LayerNorm, the numba.cuda kernel (CUDA simulator): output"),
+    Plant("a Numba cross-entropy that leaves probability mass on padding",
+          "minitensor/kernels/cross_entropy_forward/numba_cpu.py",
+          "    if ignore_index >= 0:\n        out[ignore_index] += c  # ignored class: q = 0, so p - 0\n    return gold_q",
+          "    return gold_q",
+          "09", "label-smoothed cross-entropy with padding (fused CrossEntropy), the library on the Numba kernels "
+                "(what every config trains with): gradient of logits"),
+    Plant("a fused CrossEntropy backward that drops the upstream gradient", "minitensor/functions/fused.py",
+          "dlogits *= grad_out[:, None].astype(dlogits.dtype)", "dlogits *= 1.0",
+          "09", "(fused CrossEntropy), the library on the NumPy reference kernels: gradient of logits"),
+    Plant("label smoothing that counts padding rows", "minitensor/functions/composed.py",
+          "        q[targets == ignore_index] = 0.0\n", "",
+          "09", "library loss vs dense q"),
 ]
 
 
