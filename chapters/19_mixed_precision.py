@@ -396,6 +396,80 @@ for name in ("fp32, c = 1", "fp16, dynamic scaling", "bf16, no scaling"):  # the
         f"{name} must train like fp32: final loss {final[name]:.3f} vs {final['fp32']:.3f}"
 
 # %% [markdown]
+# ## 8. Where a scaler bug shows: the gradient Adam is handed
+#
+# The curves above cannot catch a broken scaler. Adam divides each update by
+# the gradient's own running size (m̂/√v̂), so multiplying every gradient by a
+# constant changes almost nothing: the "fp32, c = 1" run showed it for c, and a
+# scaler that **never divides by s** would hand Adam s × the gradient and still
+# "train like fp32". Gradient clipping (chapter 16) is not scale-free: it
+# compares the norm with a fixed bound, so the order of the step matters:
+#
+#     unscale (÷ s, in fp32) → check (inf/NaN: skip, lower s) → clip (at the true norm) → Adam step
+#
+# Clipping before unscaling compares s·‖g‖ with the bound and shrinks a gradient
+# that did not need it; stepping before the check writes inf into the weights.
+# So we look where it matters: an Adam that records the flat gradient each
+# `step()` is handed. One batch, the same weights, the paper-sized loss of
+# section 7: fp16 with the scaler must hand Adam fp32's gradient (to fp16's
+# precision) and report fp32's norm; with clipping at half that norm it must
+# hand over a gradient of exactly the bound in fp32's direction; and an
+# overflowing step must hand Adam nothing at all.
+
+# %%
+class RecordingAdam(Adam):
+    """Adam that keeps a copy of every flat gradient its step() is handed."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.seen = []
+
+    def step(self):
+        self.seen.append(self.gather_grads().copy())
+        super().step()
+
+
+def handed_to_adam(precision, clip_norm=0.0, init_scale=2.0 ** 16):
+    """(gradients Adam was handed, StepStats) for one update of a fresh model on one batch, the loss × C_PAPER."""
+    net = Transformer(config, np.random.default_rng(0), precision=precision)
+    adam = RecordingAdam(list(net.named_parameters()), lr=1e-3, half_dtype=net.compute_dtype)
+    base = LabelSmoothingLoss(config.eps_ls, config.pad_id)
+
+    def shrunk_loss(logits_, target):
+        result = base(logits_, target)
+        result.loss = result.loss * C_PAPER
+        return result
+
+    scaler = DynamicLossScaler(init_scale=init_scale) if precision == "fp16" else None
+    with np.errstate(over="ignore", invalid="ignore"):
+        st = train_step(net, [reverse_batch(np.random.default_rng(11))], adam, shrunk_loss, scaler,
+                        clip_norm=clip_norm, measure_grad_norm=True)
+    return adam.seen, st
+
+
+(g32,), st32 = handed_to_adam("fp32")
+(g16,), st16 = handed_to_adam("fp16")
+bound = 0.5 * float(st32.grad_norm)
+(clipped,), st_clip = handed_to_adam("fp16", clip_norm=bound)
+clipped_norm = float(st32.grad_norm) * bound / (float(st32.grad_norm) + 1e-6)   # chapter 16: × bound/(‖g‖ + 10⁻⁶)
+overflow_seen, st_overflow = handed_to_adam("fp16", init_scale=2.0 ** 60)       # logit gradients ~1e9: inf in fp16
+relative = float(np.linalg.norm(g16 - g32) / np.linalg.norm(g32))
+cosine = float(clipped @ g32 / (np.linalg.norm(clipped) * np.linalg.norm(g32)))
+print(f"‖g‖: fp32 {float(st32.grad_norm):.3e}, fp16 scaled and unscaled {float(st16.grad_norm):.3e}; "
+      f"‖g16 − g32‖/‖g32‖ = {relative:.1e}; clipped at {bound:.3e} (→ {clipped_norm:.3e}): Adam got ‖g‖ = {np.linalg.norm(clipped):.3e} "
+      f"(cosine with fp32's {cosine:.4f}); an overflowing step handed Adam {len(overflow_seen)} gradients")
+
+# %% CHECK
+assert relative < 0.02, f"Adam must be handed the unscaled gradient, fp32's to fp16's precision: off by {relative:.2e} " \
+                        f"(a ratio of {np.linalg.norm(g16) / np.linalg.norm(g32):.3g}: is the ÷ s missing?)"
+assert abs(float(st16.grad_norm) / float(st32.grad_norm) - 1) < 0.02, \
+    f"the norm train_step reports (and clips by) must be fp32's: {float(st16.grad_norm):.3e} vs {float(st32.grad_norm):.3e}"
+assert abs(np.linalg.norm(clipped) / clipped_norm - 1) < 0.02 and cosine > 0.99, \
+    f"unscale, then clip: Adam must get fp32's gradient clipped to {clipped_norm:.3e}, got norm " \
+    f"{np.linalg.norm(clipped):.3e} (clipped before unscaling?)"
+assert not overflow_seen and not st_overflow.stepped, "check before step: an overflowing step must not reach Adam"
+
+# %% [markdown]
 # Why bf16 needs no scaler: underflow is a matter of **range**, and bf16 has
 # fp32's exponent, so every gradient fp32 can hold, bf16 can hold (coarsely).
 # Its 7-bit mantissa makes each value less precise (the curves differ from fp32

@@ -137,6 +137,12 @@ PLANTED = [
     Plant("label smoothing that counts padding rows", "minitensor/functions/composed.py",
           "        q[targets == ignore_index] = 0.0\n", "",
           "09", "library loss vs dense q"),
+    Plant("a loss scaler that never divides by the scale", "train/run/loss_scaler.py",
+          "grad *= np.float32(1.0 / self.scale)", "grad *= np.float32(1.0)",
+          "19", "Adam must be handed the unscaled gradient"),
+    Plant("clipping the scaled gradient, before unscaling", "train/run/step.py",
+          "grad = sync.finish()", "grad = sync.finish()\n    clip_grad_norm(grad, clip_norm if clip_norm > 0 else math.inf)",
+          "19", "unscale, then clip"),
 ]
 
 
