@@ -19,8 +19,8 @@ from .kernels.bf16_cast.reference import bf16_to_float32
 # (a fused kernel against op-by-op code, Numba against NumPy, a chapter's own code against the library)
 # differ by rounding alone. With unit roundoff u = 2⁻⁵³ ≈ 1.1e-16, a sum of n terms computed in any order is
 # within γ_n·Σ|terms| of the exact sum, γ_n = n·u/(1 − n·u) ≈ n·u (Higham, "Accuracy and Stability of
-# Numerical Algorithms", §4.2), so two orders differ by at most 2·n·u·Σ|terms|. Through k dependent steps
-# whose condition numbers are at most κ, relative errors grow to about 2·n·u·k·κ.
+# Numerical Algorithms", chapter 4), so two orders differ by at most 2·n·u·Σ|terms|. Through k dependent
+# steps whose condition numbers are at most κ, relative errors grow to about 2·n·u·k·κ.
 #   rtol = 1e-8 ≥ 2·n·u·k·κ ≈ 9e-9 for n ≤ 4096 terms per sum, k ≤ 100 steps (a small Transformer's forward
 #          and backward, or a few optimizer updates) and κ ≤ 100: everything the tests and chapters compare;
 #   atol = 1e-10 ≥ 2·n·u·Σ|terms| ≈ 9e-11 for entries whose exact value is 0 or nearly (a cancelling sum,
