@@ -212,7 +212,9 @@ mean_length = {a: float(np.mean(v)) for a, v in mean_length.items()}
 print("mean length of the best output by α:", mean_length)
 
 # %% CHECK
-assert np.isclose(length_penalty(1, 0.6), 1.0) and np.isclose(length_penalty(10, 0.6), (15 / 6) ** 0.6)
+assert np.isclose(length_penalty(1, 0.6), 1.0) and np.isclose(length_penalty(10, 0.6), (15 / 6) ** 0.6), \
+    f"length_penalty must be GNMT's ((5 + |Y|)/6)^α: got lp(1) = {length_penalty(1, 0.6):.4f} (expected 1), " \
+    f"lp(10) = {length_penalty(10, 0.6):.4f} (expected {(15 / 6) ** 0.6:.4f})"
 values = [mean_length[a] for a in alphas]
 assert all(b >= a for a, b in zip(values, values[1:])) and values[-1] > values[0], \
     f"a larger α must favour longer outputs: {mean_length}"
