@@ -353,21 +353,25 @@ assert scaler.skipped_steps == first_good >= 1
 steps = 30 if FAST else 120
 
 
-def run(precision, scaled, c=C_PAPER):
-    """Per-token losses of `steps` updates (Adam, lr 3e-3) of a fresh model;
-    the fraction of zero gradients at the end."""
-    net = Transformer(config, np.random.default_rng(0), precision=precision)
-    adam = Adam(list(net.named_parameters()), lr=3e-3, half_dtype=net.compute_dtype)
+def shrunk(c):
+    """The label-smoothed loss times c (section 4's paper-sized stand-in), as train_step calls a loss."""
     base = LabelSmoothingLoss(config.eps_ls, config.pad_id)
 
     def shrunk_loss(logits_, target):
         result = base(logits_, target)
         result.loss = result.loss * c
         return result
+    return shrunk_loss
 
-    data, scale, losses = np.random.default_rng(1), DynamicLossScaler() if scaled else None, []
+
+def run(precision, scaled, c=C_PAPER):
+    """Per-token losses of `steps` updates (Adam, lr 3e-3) of a fresh model;
+    the fraction of zero gradients at the end."""
+    net = Transformer(config, np.random.default_rng(0), precision=precision)
+    adam = Adam(list(net.named_parameters()), lr=3e-3, half_dtype=net.compute_dtype)
+    data, scale, losses, loss_fn_c = np.random.default_rng(1), DynamicLossScaler() if scaled else None, [], shrunk(c)
     for _ in range(steps):
-        st = train_step(net, [reverse_batch(data)], adam, shrunk_loss, scale)
+        st = train_step(net, [reverse_batch(data)], adam, loss_fn_c, scale)
         losses.append(float(st.loss_sum) / st.tgt_tokens / c)
     return np.array(losses), float((adam.gather_grads() == 0).mean())
 
@@ -433,16 +437,9 @@ def handed_to_adam(precision, clip_norm=0.0, init_scale=2.0 ** 16):
     """(gradients Adam was handed, StepStats) for one update of a fresh model on one batch, the loss × C_PAPER."""
     net = Transformer(config, np.random.default_rng(0), precision=precision)
     adam = RecordingAdam(list(net.named_parameters()), lr=1e-3, half_dtype=net.compute_dtype)
-    base = LabelSmoothingLoss(config.eps_ls, config.pad_id)
-
-    def shrunk_loss(logits_, target):
-        result = base(logits_, target)
-        result.loss = result.loss * C_PAPER
-        return result
-
     scaler = DynamicLossScaler(init_scale=init_scale) if precision == "fp16" else None
     with np.errstate(over="ignore", invalid="ignore"):
-        st = train_step(net, [reverse_batch(np.random.default_rng(11))], adam, shrunk_loss, scaler,
+        st = train_step(net, [reverse_batch(np.random.default_rng(11))], adam, shrunk(C_PAPER), scaler,
                         clip_norm=clip_norm, measure_grad_norm=True)
     return adam.seen, st
 
