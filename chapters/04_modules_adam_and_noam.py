@@ -285,7 +285,7 @@ assert np.isclose(schedule(16000), schedule(4000) / 2), "after warm-up: 4x the s
 
 # %%
 def applied_rates(updates, backend, d_model=512, warmup=4000):
-    """The learning rate Adam applied at each of `updates`, measured from the weights' steps under a constant gradient."""
+    """The rate Adam applied at each of `updates`, read off the weights' steps under a constant gradient."""
     g = np.array([0.5, -2.0, 3e-3])
     weight = nn.Parameter(np.zeros(3), backend=backend, dtype="float64")
     constant_adam = optim.Adam([weight], lr=optim.NoamSchedule(d_model, warmup), eps=1e-9)

@@ -35,7 +35,7 @@ import minitensor as mt
 from _common import FAST, fails, finish, hold_training_path, numba_cuda, own_answer, show
 from transformer.attention import scaled_dot_product_attention
 
-cuda, ON_GPU = numba_cuda()                   # numba.cuda: the GPU, or its simulator (section 6), before any import of it
+cuda, ON_GPU = numba_cuda()                   # numba.cuda: the GPU or its simulator (section 6), before any import
 from minitensor.kernels.softmax_forward import numba_cuda as softmax_cuda  # noqa: E402
 
 rng = np.random.default_rng(0)
@@ -225,16 +225,17 @@ def attention_ours(q, k, v, mask):
 
 
 path_scores = {"x": rng.standard_normal((2, 3, 5)) * 2}                # 6 rows: the simulator runs 64 threads a row
-path_qkv = {"q": rng.standard_normal((2, 3, 4)), "k": rng.standard_normal((2, 5, 4)), "v": rng.standard_normal((2, 5, 3))}
+path_qkv = {"q": rng.standard_normal((2, 3, 4)), "k": rng.standard_normal((2, 5, 4)),
+            "v": rng.standard_normal((2, 5, 3))}
 r_scores, r_attention = rng.standard_normal((2, 3, 5)), rng.standard_normal((2, 3, 3))
 cuda_path = "the numba.cuda kernel (" + ("GPU" if ON_GPU else "CUDA simulator") + ")"
 
 # %% CHECK
-hold_training_path("softmax(x/2) with a causal mask", lambda x: mt.functions.Softmax.apply(x, scale=0.5, mask=causal[0]),
-                   path_scores, own_answer(lambda x: softmax_rows(x, 0.5, causal[0]), path_scores, r_scores), r_scores,
+hold_training_path("softmax(x/2) with a causal mask",
+                   lambda x: mt.functions.Softmax.apply(x, scale=0.5, mask=causal[0]), path_scores, own_answer(lambda x: softmax_rows(x, 0.5, causal[0]), path_scores, r_scores), r_scores,
                    kernels={cuda_path: lambda x: softmax_cuda.softmax_forward(x, 0.5, causal[0])})
-hold_training_path("Eq. (1), scaled_dot_product_attention", lambda q, k, v: scaled_dot_product_attention(q, k, v, causal[0])[0],
-                   path_qkv, own_answer(lambda q, k, v: attention_ours(q, k, v, causal[0]), path_qkv, r_attention),
+hold_training_path("Eq. (1), scaled_dot_product_attention",
+                   lambda q, k, v: scaled_dot_product_attention(q, k, v, causal[0])[0], path_qkv, own_answer(lambda q, k, v: attention_ours(q, k, v, causal[0]), path_qkv, r_attention),
                    r_attention)
 
 # %% [markdown]

@@ -202,7 +202,8 @@ mt.assert_close((pe ** 2).sum(axis=1), np.full(max_len, d_model / 2), name="‖P
 ids_path = rng.integers(0, V, size=(B, T))
 ids_path[1, :3] = ids_path[0, 0]                                    # repeated ids: their gradients must add up
 one_hot = np.eye(V)[ids_path]                                       # (B, T, V)
-embed_inputs, logits_inputs = {"E": E.astype(np.float64)}, {"E": E.astype(np.float64), "x": rng.standard_normal((B, T, D))}
+embed_inputs = {"E": E.astype(np.float64)}
+logits_inputs = {"E": E.astype(np.float64), "x": rng.standard_normal((B, T, D))}
 ffn_inputs = {"x": rng.standard_normal((B, T, D)), "W1": rng.standard_normal((D, F)), "b1": rng.standard_normal(F),
               "W2": rng.standard_normal((F, D)), "b2": rng.standard_normal(D)}
 r_embed, r_logits = rng.standard_normal((B, T, D)), rng.standard_normal((B, T, V))
@@ -223,7 +224,8 @@ def library_ffn(x, w1, b1, w2, b2):
 
 # %% CHECK
 hold_training_path("the tied source embedding E[ids]·√d_model", lambda E_: library_embeddings(E_).source(ids_path),
-                   embed_inputs, own_answer(lambda E_: mt.tensor(one_hot, dtype="float64") @ E_ * np.sqrt(D), embed_inputs, r_embed),
+                   embed_inputs,
+                   own_answer(lambda E_: mt.tensor(one_hot, dtype="float64") @ E_ * np.sqrt(D), embed_inputs, r_embed),
                    r_embed)
 hold_training_path("the tied logits x Eᵀ", lambda E_, h: library_embeddings(E_).logits(h), logits_inputs,
                    own_answer(lambda E_, h: h @ E_.T, logits_inputs, r_logits), r_logits)

@@ -43,7 +43,7 @@ from transformer.attention import MultiHeadAttention
 from transformer.feed_forward import PositionwiseFeedForward
 
 THREADS = one_cpu_thread()
-cuda, ON_GPU = numba_cuda()                   # numba.cuda: the GPU, or its simulator (section 7), before any import of it
+cuda, ON_GPU = numba_cuda()                   # numba.cuda: the GPU or its simulator (section 7), before any import
 from minitensor.kernels.layernorm_forward import numba_cuda as layernorm_cuda  # noqa: E402
 rng = np.random.default_rng(0)
 
@@ -440,7 +440,7 @@ for name, p in ours_stack.named_parameters():
 
 # %%
 fused_config = config.replace(impl="fused", p_drop=0.3)
-ln_inputs = {"x": x[:, :2] * 2.0, "gamma": gamma, "beta": beta}              # 4 rows: the simulator runs 64 threads a row
+ln_inputs = {"x": x[:, :2] * 2.0, "gamma": gamma, "beta": beta}      # 4 rows: the simulator runs 64 threads a row
 connection_inputs = {"x": rng.standard_normal((B, 3, D)) * 3, "w": rng.standard_normal((D, D)) / 4,
                      "gamma": gamma, "beta": beta}
 r_ln, r_connection = rng.standard_normal((B, 2, D)), rng.standard_normal((B, 3, D))
@@ -453,7 +453,8 @@ def with_norm(connection, gamma_, beta_):
 
 
 def connection_ours(x_, w, gamma_, beta_):
-    return with_norm(SublayerConnection(fused_config, np.random.default_rng(9)), gamma_, beta_)(x_, lambda y: (y @ w, None))[0]
+    return with_norm(SublayerConnection(fused_config, np.random.default_rng(9)), gamma_, beta_)(
+        x_, lambda y: (y @ w, None))[0]
 
 
 def connection_library(x_, w, gamma_, beta_):

@@ -143,7 +143,8 @@ logits_ours, logits_trained = ours64(src, tgt_in), trained_model(src, tgt_in)
 
 # %% CHECK
 trained_grads = dict(trained_model.named_parameters())
-mt.assert_close(logits_trained, logits_ours.numpy(), name="Figure 1, the fused model on the Numba kernels: logits vs ours")
+mt.assert_close(logits_trained, logits_ours.numpy(),
+                name="Figure 1, the fused model on the Numba kernels: logits vs ours")
 for name, p in ours64.named_parameters():
     mt.assert_close(trained_grads[name].grad, p.grad,
                     name=f"Figure 1, the fused model on the Numba kernels: gradient of {name} vs ours")

@@ -250,7 +250,7 @@ def _one_at_a_time(paths):
     held = []
     for path in paths:
         alive = [ref for ref in held[:-1] if ref() is not None]
-        assert not alive, f"{len(alive)} older checkpoints are still in memory: keep a running mean, not the checkpoints"
+        assert not alive, f"{len(alive)} older checkpoints are still in memory: keep a running mean, not them"
         state = _Checkpoint(load_checkpoint(path)[0])
         held.append(weakref.ref(state))
         yield state

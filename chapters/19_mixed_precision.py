@@ -453,14 +453,17 @@ overflow_seen, st_overflow = handed_to_adam("fp16", init_scale=2.0 ** 60)       
 relative = float(np.linalg.norm(g16 - g32) / np.linalg.norm(g32))
 cosine = float(clipped @ g32 / (np.linalg.norm(clipped) * np.linalg.norm(g32)))
 print(f"‖g‖: fp32 {float(st32.grad_norm):.3e}, fp16 scaled and unscaled {float(st16.grad_norm):.3e}; "
-      f"‖g16 − g32‖/‖g32‖ = {relative:.1e}; clipped at {bound:.3e} (→ {clipped_norm:.3e}): Adam got ‖g‖ = {np.linalg.norm(clipped):.3e} "
+      f"‖g16 − g32‖/‖g32‖ = {relative:.1e}; clipped at {bound:.3e} (→ {clipped_norm:.3e}): "
+      f"Adam got ‖g‖ = {np.linalg.norm(clipped):.3e} "
       f"(cosine with fp32's {cosine:.4f}); an overflowing step handed Adam {len(overflow_seen)} gradients")
 
 # %% CHECK
-assert relative < 0.02, f"Adam must be handed the unscaled gradient, fp32's to fp16's precision: off by {relative:.2e} " \
+assert relative < 0.02, f"Adam must be handed the unscaled gradient, fp32's to fp16's precision: " \
+                        f"off by {relative:.2e} " \
                         f"(a ratio of {np.linalg.norm(g16) / np.linalg.norm(g32):.3g}: is the ÷ s missing?)"
 assert abs(float(st16.grad_norm) / float(st32.grad_norm) - 1) < 0.02, \
-    f"the norm train_step reports (and clips by) must be fp32's: {float(st16.grad_norm):.3e} vs {float(st32.grad_norm):.3e}"
+    f"the norm train_step reports (and clips by) must be fp32's: {float(st16.grad_norm):.3e} " \
+    f"vs {float(st32.grad_norm):.3e}"
 assert abs(np.linalg.norm(clipped) / clipped_norm - 1) < 0.02 and cosine > 0.99, \
     f"unscale, then clip: Adam must get fp32's gradient clipped to {clipped_norm:.3e}, got norm " \
     f"{np.linalg.norm(clipped):.3e} (clipped before unscaling?)"

@@ -513,4 +513,5 @@ assert fails(check_split_compounds, lambda s: s.replace("-", " ##AT##-##AT## "))
 assert fails(check_split_compounds, split_compounds), "check_split_compounds accepted the library's own function"
 
 # %%
-finish("21_the_full_wmt_recipe", {check_validate_prepared: "validate_prepared", check_split_compounds: "split_compounds"})
+finish("21_the_full_wmt_recipe", {check_validate_prepared: "validate_prepared",
+                                  check_split_compounds: "split_compounds"})
