@@ -126,7 +126,8 @@ for name, p in model.named_parameters():
 names = [name for name, _ in model.named_parameters()]
 assert names == ["hidden.weight", "hidden.bias", "out.weight", "out.bias"], names
 assert names == [name for name, _ in mini.named_parameters()], "MiniModule names weights like nn.Module"
-assert model.num_parameters() == 3 * 16 + 16 + 16 * 1 + 1
+assert model.num_parameters() == 3 * 16 + 16 + 16 * 1 + 1, \
+    "two Linear layers: 3·16 + 16 weights and biases in, 16·1 + 1 out"
 model.eval()
 assert not model.drop.training, "eval() must reach every sub-module"
 xe = mt.tensor(rng.standard_normal((5, 3)))
@@ -335,7 +336,7 @@ print(f"loss {losses[0]:.3f} -> {losses[-1]:.4f} after {n_steps} steps")
 
 # %% CHECK
 assert losses[-1] < 0.2 * losses[0], f"training must reduce the loss (from {losses[0]:.3f} to {losses[-1]:.3f})"
-assert opt.step_count == n_steps
+assert opt.step_count == n_steps, "one optimizer step per update"
 
 # %% [markdown]
 # ## 7. The path that trains

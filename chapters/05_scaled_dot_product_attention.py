@@ -99,7 +99,8 @@ print("output", out_lib.shape, "weights", w_lib.shape)
 mt.assert_close(attention_numpy(q1, k1, v1)[0], out_loop, name="vectorised vs loop")
 mt.assert_close(out_lib, out_np, name="library Eq. (1) vs NumPy")
 mt.assert_close(w_lib, w_np, name="library attention weights vs NumPy")
-assert out_lib.shape == (B, H, Tq, Kv) and w_lib.shape == (B, H, Tq, Tk)
+assert out_lib.shape == (B, H, Tq, Kv) and w_lib.shape == (B, H, Tq, Tk), \
+    "Eq. (1) keeps the batch and head axes: (B, H, Tq, Kv) out, (B, H, Tq, Tk) weights"
 
 # %% [markdown]
 # ## 3. The weights are row-stochastic, and masks make exact zeros

@@ -72,7 +72,8 @@ src_example = np.array([[7, 8, 9, PAD], [7, 8, 9, 10]])
 print(causal_mask_np(4)[0, 0].astype(int))
 
 # %% CHECK
-assert padding_mask_np(src_example, PAD)[0, 0, 0].tolist() == [False, False, False, True]
+assert padding_mask_np(src_example, PAD)[0, 0, 0].tolist() == [False, False, False, True], \
+    "the padding mask blocks exactly the PAD keys"
 assert np.array_equal(padding_mask(src_example, PAD), padding_mask_np(src_example, PAD)), "library padding mask"
 for T_ in (1, 4, 9):
     assert np.array_equal(subsequent_mask(T_), causal_mask_np(T_)), f"library causal mask, T = {T_}"
@@ -123,7 +124,8 @@ src = check_rng.integers(4, V, size=(3, 6))
 tgt_in = np.concatenate([np.full((3, 1), BOS), check_rng.integers(4, V, size=(3, 5))], axis=1)
 
 # %% CHECK
-assert sorted(n for n, _ in ours.named_parameters()) == sorted(n for n, _ in library_model.named_parameters())
+assert sorted(n for n, _ in ours.named_parameters()) == sorted(n for n, _ in library_model.named_parameters()), \
+    "Seq2Seq names its weights as transformer.Transformer does"
 mt.assert_close(ours(src, tgt_in), library_model(src, tgt_in), name="Figure 1 from parts vs Transformer", atol=1e-5)
 
 # %% [markdown]

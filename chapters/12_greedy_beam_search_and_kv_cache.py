@@ -133,7 +133,8 @@ print("greedy:", greedy_out, f"log P {sequence_log_prob(trap, greedy_out):.3f}",
 # %% CHECK
 assert greedy_out[0] == 4, "greedy takes the locally best first token"
 assert beam_out == [5], "beam search keeps the second-best prefix alive and finds the better output"
-assert sequence_log_prob(trap, beam_out) > sequence_log_prob(trap, greedy_out)
+assert sequence_log_prob(trap, beam_out) > sequence_log_prob(trap, greedy_out), \
+    "beam search must find a more probable output than greedy on the trap"
 
 # %% [markdown]
 # ## 3. Beam search from scratch

@@ -129,8 +129,9 @@ for name, dtype in (("fp16", np.float16), ("fp32", np.float32)):
     assert LIMITS[name] == {"max": float(info.max), "min normal": float(info.smallest_normal),
                             "min subnormal": float(info.smallest_subnormal), "eps": float(info.eps)}, name
 finite_bf16 = bf16_by_hand[np.isfinite(bf16_by_hand)]
-assert LIMITS["bf16"]["max"] == finite_bf16.max()
-assert LIMITS["bf16"]["min subnormal"] == finite_bf16[finite_bf16 > 0].min()
+assert LIMITS["bf16"]["max"] == finite_bf16.max(), "bf16's largest finite number read off the layout"
+assert LIMITS["bf16"]["min subnormal"] == finite_bf16[finite_bf16 > 0].min(), \
+    "bf16's smallest subnormal read off the layout"
 assert LIMITS["bf16"]["min normal"] == LIMITS["fp32"]["min normal"], "bf16 has fp32's exponent, so fp32's range"
 
 # %% [markdown]
@@ -300,7 +301,8 @@ assert w16 == 1.0 and bf16_to_float32(wbf) == 1.0, "in 16 bits the weight never 
 assert abs(w32 - 0.9) < 1e-4, "in fp32 the updates add up"
 assert np.float16(1e-9) == 0, "Adam's ε underflows in fp16"
 assert all(prm.dtype == np.float32 for _, prm in half_model.named_parameters()), "masters are float32"
-assert half_adam.flat.dtype == np.float32 and half_adam.half.dtype == np.float16
+assert half_adam.flat.dtype == np.float32 and half_adam.half.dtype == np.float16, \
+    "Adam keeps float32 masters and writes float16 copies"
 np.testing.assert_array_equal(half_adam.half, half_adam.flat.astype(np.float16), err_msg="half copy = masters rounded")
 
 # %% [markdown]
@@ -337,7 +339,8 @@ assert not trace[0][1] and trace[0][2] and trace[0][0] == 2.0 ** 23, "an overflo
 assert all(unchanged == (not stepped) for _, stepped, unchanged in trace), "the weights move only on good steps"
 first_good = next(i for i, (_, stepped, _) in enumerate(trace) if stepped)
 assert trace[first_good + 3][0] == 2 * trace[first_good][0], "growth_interval good steps in a row double s"
-assert scaler.skipped_steps == first_good >= 1
+assert scaler.skipped_steps == first_good >= 1, \
+    "every overflowing step before the first good one was counted as skipped"
 
 # %% [markdown]
 # ## 7. A run where fp16 without scaling fails, and with it works

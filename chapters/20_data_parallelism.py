@@ -200,7 +200,7 @@ error = {name: float(np.abs(g - g_all).max() / np.abs(g_all).max())
 print(f"target tokens: rank 0 {n0}, rank 1 {n1}; relative error vs the one big batch: {error}")
 
 # %% CHECK
-assert n0 + n1 == n_all and n0 != n1
+assert n0 + n1 == n_all and n0 != n1, "the two ranks hold different numbers of target tokens that add up to the batch's"
 assert error["weighted by tokens"] < 1e-12, "n_r/N weights reproduce the one-big-batch gradient"
 assert error["mean of means"] > 0.01, "the mean of per-rank means is a different gradient"
 
@@ -334,8 +334,8 @@ else:
 # %% CHECK
 if MPIEXEC is not None:
     assert "data parallel over 2 ranks" in outputs["2 ranks × 1"], "the run must really use 2 ranks"
-    assert "data parallel" not in outputs["1 process × 2"]
-    assert tensors["2 ranks × 1"].keys() == tensors["1 process × 2"].keys()
+    assert "data parallel" not in outputs["1 process × 2"], "the single-process run must not be data parallel"
+    assert tensors["2 ranks × 1"].keys() == tensors["1 process × 2"].keys(), "both runs save the same tensors"
     assert not differing["2 ranks × 1"], \
         f"2 ranks must write one process's checkpoint bit for bit; these differ: {differing['2 ranks × 1']}"
     assert len(differing["1 process × 1"]) > len(tensors["1 process × 1"]) // 2, "half the data: another model"
@@ -393,9 +393,12 @@ for key, rows in table.items():
         ring = 2 * (n - 1) / n * grad_bytes / (link.bus_gbps * 1e9)           # section 1's bytes over the bus
         calls = int(np.ceil(grad_bytes / 25e6)) * link.latency_us * 1e-6
         assert np.isclose(row["allreduce_ms"], 0 if n == 1 else 1e3 * (ring + calls)), (key, n)
-        assert row["efficiency_no_overlap"] <= row["efficiency"] <= 1.0
-assert scale.parameter_count(tiny) == Transformer(tiny, np.random.default_rng(0)).num_parameters()
-assert table["pcie5"][-1]["efficiency_no_overlap"] < table["nvlink4"][-1]["efficiency_no_overlap"] < 1.0
+        assert row["efficiency_no_overlap"] <= row["efficiency"] <= 1.0, \
+            "overlap can only help, and nothing beats one GPU's efficiency"
+assert scale.parameter_count(tiny) == Transformer(tiny, np.random.default_rng(0)).num_parameters(), \
+    "scale.parameter_count must count the model's parameters"
+assert table["pcie5"][-1]["efficiency_no_overlap"] < table["nvlink4"][-1]["efficiency_no_overlap"] < 1.0, \
+    "PCIe 5 scales worse than NVLink 4, and neither is perfect without overlap"
 
 # %% [markdown]
 # On NVLink the all-reduce of the base model's 252 MB costs ~1 ms of a 176 ms

@@ -121,7 +121,8 @@ print(f"the second call (after touching train.de) reused it: {again.reused}; "
 assert prepared.key == key_by_hand(src_sha, tgt_sha, run_config.tokenizer), "the key is a hash of the content"
 assert prepared.folder.name == prepared.key[:16], "the folder is named by the key"
 assert again.reused and again.folder == prepared.folder, "a touched file is hashed again and reused"
-assert prepared_key(prepared.files, run_config) == prepared.key
+assert prepared_key(prepared.files, run_config) == prepared.key, \
+    "prepared_key recomputes the folder's key from the files and the config"
 assert edited_key[:16] != prepared.folder.name, "an edited byte maps to another folder"
 
 # %% [markdown]
@@ -152,7 +153,8 @@ print(f"{len(prepared.corpus):,} pairs, {n_tokens:,} tokens: {disk_bytes / n_pai
 # %% CHECK
 assert isinstance(arrays["src_ids"], np.memmap) and arrays["src_ids"].dtype == np.uint16, "uint16, memory-mapped"
 assert sentence_ids.tolist() == prepared.tokenizer.encode(task["train"][i][0]), "pair i is ids[offsets[i]:offsets[i+1]]"
-assert len(arrays["src_offsets"]) == len(arrays["tgt_offsets"]) == n_pairs + 1 == len(prepared.corpus) + 1
+assert len(arrays["src_offsets"]) == len(arrays["tgt_offsets"]) == n_pairs + 1 == len(prepared.corpus) + 1, \
+    "one offset per sentence plus one, on both sides"
 assert disk_bytes == 2 * n_tokens + 8 * 2 * (n_pairs + 1), "2 bytes a token plus 8 bytes a sentence per side"
 assert list_bytes > 15 * 2 * n_tokens, "Python lists cost over 15x the uint16 arrays"
 
