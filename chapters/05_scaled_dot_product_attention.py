@@ -265,8 +265,8 @@ def check_attention(attention) -> None:
     got_out, got_w = attention(qc, kc, vc, mask)
     out_ref, w_ref = scaled_dot_product_attention(*(mt.tensor(a, dtype="float64") for a in (qc, kc, vc)),
                                                   mask=mask)
-    mt.assert_close(np.asarray(got_w, dtype=np.float64), w_ref, name="attention weights", atol=1e-9)
-    mt.assert_close(np.asarray(got_out, dtype=np.float64), out_ref, name="attention output", atol=1e-9)
+    mt.assert_close(np.asarray(got_w, dtype=np.float64), w_ref, name="attention weights")
+    mt.assert_close(np.asarray(got_out, dtype=np.float64), out_ref, name="attention output")
 
 
 def check_attention_backward(attention_backward) -> None:
@@ -278,7 +278,7 @@ def check_attention_backward(attention_backward) -> None:
     out, _ = scaled_dot_product_attention(*leaves)
     (out * dout).sum().backward()
     for name, got, leaf in zip(("dq", "dk", "dv"), attention_backward(*arrays, dout), leaves):
-        mt.assert_close(np.asarray(got), leaf.grad, name=name, atol=1e-9)
+        mt.assert_close(np.asarray(got), leaf.grad, name=name)
 
 
 # %% CHECK the checks: a wrong answer must fail them

@@ -253,7 +253,7 @@ def check_mhsa(multi_head_self_attention) -> None:
     w = {name: t.numpy().astype(np.float64) for name, t in m.named_parameters()}
     assert all(np.all(w[f"{n}.bias"] == 0) for n in ("w_q", "w_k", "w_v", "w_o")), "biases start at zero"
     got = multi_head_self_attention(xc, w["w_q.weight"], w["w_k.weight"], w["w_v.weight"], w["w_o.weight"], hc)
-    mt.assert_close(np.asarray(got), ref, name="multi-head self-attention", atol=1e-9)
+    mt.assert_close(np.asarray(got), ref, name="multi-head self-attention")
 
 
 # %% CHECK the checks: a wrong answer must fail them
