@@ -127,13 +127,13 @@ def hold_training_path(piece: str, library, inputs: dict, expected: dict, cotang
     """Hold the code that trains `piece` to the chapter's own version: values and gradients, in float64.
 
     library(*tensors) -> Tensor is the library's op (its fused Function). It runs on each backend of
-    `backends`, the inputs as float64 Parameters (leaves, usable as a module's weights): "numpy" runs the
-    NumPy reference kernels, "numba" the compiled CPU kernels that every config trains with (both must
-    work: a backend that fails to load is an error here, not a skip), "cupy" the CUDA kernels (when a GPU is
-    there). `expected` is the chapter's own answer (own_answer, or derived by hand):
-    the output, and the gradient of Σ output⊙cotangent for each input it names. `kernels` are forward
-    kernels run alone, {name: fn(*arrays) -> array} (the numba.cuda kernels: on the CUDA simulator when
-    there is no GPU): their values only. Tolerances are float64's row of minitensor.testing.TOLERANCES.
+    `backends`, the inputs as float64 Parameters (leaves, usable as a module's weights): "numpy" runs
+    the NumPy reference kernels, "numba" the compiled CPU kernels that every config trains with (both
+    must work: a backend that fails to load is an error here, not a skip), "cupy" the CUDA kernels
+    (when a GPU is there). `expected` is the chapter's own answer (own_answer, or derived by hand): the
+    output, and the gradient of Σ output⊙cotangent for each input it names. `kernels` are forward kernels
+    run alone, {name: fn(*arrays) -> array} (the numba.cuda kernels: on the CUDA simulator when there is
+    no GPU): their values only. Tolerances are float64's row of minitensor.testing.TOLERANCES.
     Raises AssertionError naming the piece, the path and what differs; returns the paths it held.
     """
     import minitensor as mt
