@@ -15,8 +15,8 @@
 # > encoding, which has a shared source-target vocabulary of about 37000 tokens. (§5.1)
 #
 # > We trained our models on one machine with 8 NVIDIA P100 GPUs. ... We trained
-# > the base models for a total of 100,000 steps or 12 hours. The big models were
-# > trained for 300,000 steps (3.5 days). (§5.2)
+# > the base models for a total of 100,000 steps or 12 hours. ... The big models
+# > were trained for 300,000 steps (3.5 days). (§5.2)
 #
 # Every chapter so far trained a toy on one CPU. This one walks through the run
 # the paper made, as the README's "The full WMT recipe" section runs it:
@@ -48,7 +48,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
-from _common import CHAPTERS, FAST, OUT, fails, finish, one_cpu_thread, show
+from _common import CHAPTERS, FAST, OUT, calls_to, fails, finish, one_cpu_thread, show
 from train import config as config_lib
 from train.data.builtin_task import make_number_task
 from train.data.files import shared_data_dir
@@ -121,7 +121,8 @@ print(f"the second call (after touching train.de) reused it: {again.reused}; "
 assert prepared.key == key_by_hand(src_sha, tgt_sha, run_config.tokenizer), "the key is a hash of the content"
 assert prepared.folder.name == prepared.key[:16], "the folder is named by the key"
 assert again.reused and again.folder == prepared.folder, "a touched file is hashed again and reused"
-assert prepared_key(prepared.files, run_config) == prepared.key
+assert prepared_key(prepared.files, run_config) == prepared.key, \
+    "prepared_key recomputes the folder's key from the files and the config"
 assert edited_key[:16] != prepared.folder.name, "an edited byte maps to another folder"
 
 # %% [markdown]
@@ -152,7 +153,8 @@ print(f"{len(prepared.corpus):,} pairs, {n_tokens:,} tokens: {disk_bytes / n_pai
 # %% CHECK
 assert isinstance(arrays["src_ids"], np.memmap) and arrays["src_ids"].dtype == np.uint16, "uint16, memory-mapped"
 assert sentence_ids.tolist() == prepared.tokenizer.encode(task["train"][i][0]), "pair i is ids[offsets[i]:offsets[i+1]]"
-assert len(arrays["src_offsets"]) == len(arrays["tgt_offsets"]) == n_pairs + 1 == len(prepared.corpus) + 1
+assert len(arrays["src_offsets"]) == len(arrays["tgt_offsets"]) == n_pairs + 1 == len(prepared.corpus) + 1, \
+    "one offset per sentence plus one, on both sides"
 assert disk_bytes == 2 * n_tokens + 8 * 2 * (n_pairs + 1), "2 bytes a token plus 8 bytes a sentence per side"
 assert list_bytes > 15 * 2 * n_tokens, "Python lists cost over 15x the uint16 arrays"
 
@@ -448,31 +450,72 @@ assert scores.bleu_signature.startswith("nrefs:1|case:mixed|eff:no|tok:13a"), "r
 # ## Exercises
 # 1. **Predict, then run.** You prepare WMT14 with a 70,000-piece vocabulary instead of 37,000. How much disk
 #    do the ids take, and why? (Answer key: `PREDICT` in `chapters/solutions/21_the_full_wmt_recipe.py`.)
-# 2. Write `ids_bytes(n_tokens, n_pairs, vocab_size)`: the bytes of the four arrays of a prepared folder
-#    (ids of both sides, `n_tokens` in all, and both offsets arrays). `check_ids_bytes(fn)` compares it with
-#    this chapter's folder and with a vocabulary too big for uint16.
+# 2. A prepared folder is copied to every node of a cluster, and a copy can go wrong: a file cut short, a
+#    folder prepared with another tokenizer, an offsets array from another run. Training memory-maps the ids
+#    and would read garbage. Write `validate_prepared(folder, vocab_size)`: return quietly for a sound folder,
+#    raise `ValueError` saying what is wrong otherwise, reading the four arrays memory-mapped as section 1 does.
+#    `check_validate_prepared(fn)` damages copies of this chapter's folder in four ways and expects each caught.
 # 3. Write `split_compounds(line)`, tensor2tensor's `perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g'`, from
-#    scratch. `check_split_compounds(fn)` compares it with the library's on tricky lines (and on newstest2014).
+#    scratch (the check counts calls of the library's `split_compounds` and `paper_tokenize`: none allowed).
+#    `check_split_compounds(fn)` compares it with the library's on tricky lines (and on newstest2014).
 
 # %%
-def check_ids_bytes(ids_bytes) -> None:
-    """Exercise 2: against the arrays of this chapter's prepared folder, and the int32 case."""
-    assert ids_bytes(n_tokens, n_pairs, 400) == disk_bytes, "this chapter's folder (vocabulary 400)"
-    assert ids_bytes(1000, 10, 65536) == 2 * 1000 + 2 * 11 * 8, "65,536 pieces still fit uint16 (ids 0..65535)"
-    assert ids_bytes(1000, 10, 65537) == 4 * 1000 + 2 * 11 * 8, "one more piece needs int32"
+ARRAYS = ("src_ids", "src_offsets", "tgt_ids", "tgt_offsets")
+
+
+def _damaged_copy(case):
+    """A copy of the four arrays of this chapter's folder, damaged one way (`case`), under chapters/_out."""
+    folder = OUT / "21_damaged" / case
+    folder.mkdir(parents=True, exist_ok=True)
+    arrays_ = {name: np.load(prepared.folder / f"{name}.npy") for name in ARRAYS}
+    if case == "ids cut short":
+        arrays_["tgt_ids"] = arrays_["tgt_ids"][:-7]                      # the end of a copy that stopped early
+    elif case == "offsets out of order":
+        arrays_["src_offsets"][[3, 4]] = arrays_["src_offsets"][[4, 3]]
+    elif case == "sides of different lengths":
+        arrays_["tgt_offsets"] = arrays_["tgt_offsets"][:-1]
+    elif case == "an id past the vocabulary":
+        arrays_["src_ids"][11] = 400                                      # from a tokenizer with more pieces
+    for name, array in arrays_.items():
+        np.save(folder / f"{name}.npy", array)
+    return folder
+
+
+def check_validate_prepared(validate_prepared) -> None:
+    """Exercise 2: this chapter's folder passes; each of four damaged copies raises ValueError."""
+    validate_prepared(prepared.folder, 400)
+    for case in ("ids cut short", "offsets out of order", "sides of different lengths", "an id past the vocabulary"):
+        try:
+            validate_prepared(_damaged_copy(case), 400)
+        except ValueError:
+            continue
+        raise AssertionError(f"a folder with {case} passed validate_prepared")
 
 
 def check_split_compounds(split) -> None:
-    """Exercise 3: the same output as train.evaluate.scores.split_compounds, line for line."""
+    """Exercise 3: the same output as train.evaluate.scores.split_compounds, line for line, written from scratch."""
     tricky = ["Kluser-Ampel", "a-b-c", "x - y", "B 33-Fußgängerampel", "--", "a--b", "E-Mail-Adresse", "-a b-", ""]
     for line in tricky + refs:
-        assert split(line) == split_compounds(line), f"{line!r}: {split(line)!r} vs {split_compounds(line)!r}"
+        with calls_to(split_compounds, paper_tokenize) as calls:
+            got = split(line)
+        assert not calls, f"write the substitution yourself; the answer called {dict(calls)}"
+        assert got == split_compounds(line), f"{line!r}: {got!r} vs {split_compounds(line)!r}"
 
 
 # %% CHECK the checks: a wrong answer must fail them
-assert fails(check_ids_bytes, lambda t, p, v: 2 * t + 2 * p * 8), "check_ids_bytes accepted offsets without the +1"
-assert fails(check_ids_bytes, lambda t, p, v: 2 * t + 2 * (p + 1) * 8), "check_ids_bytes accepted uint16 always"
+def _lengths_only(folder, vocab_size):                              # misses offsets out of order and foreign ids
+    loaded = {name: np.load(folder / f"{name}.npy", mmap_mode="r") for name in ARRAYS}
+    for side in ("src", "tgt"):
+        if loaded[f"{side}_offsets"][-1] != len(loaded[f"{side}_ids"]):
+            raise ValueError(f"{side}: the offsets end past the ids")
+    if len(loaded["src_offsets"]) != len(loaded["tgt_offsets"]):
+        raise ValueError("the sides hold different numbers of sentences")
+
+
+assert fails(check_validate_prepared, _lengths_only), "check_validate_prepared accepted a check of the lengths alone"
 assert fails(check_split_compounds, lambda s: s.replace("-", " ##AT##-##AT## ")), "accepted splitting every hyphen"
+assert fails(check_split_compounds, split_compounds), "check_split_compounds accepted the library's own function"
 
 # %%
-finish("21_the_full_wmt_recipe", {check_ids_bytes: "ids_bytes", check_split_compounds: "split_compounds"})
+finish("21_the_full_wmt_recipe", {check_validate_prepared: "validate_prepared",
+                                  check_split_compounds: "split_compounds"})
