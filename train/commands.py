@@ -19,7 +19,7 @@ from train.data.files import iter_lines, write_atomic
 from train.errors import InputError
 from train.evaluate.scores import corpus_scores
 from train.run import checkpointing
-from train.run.manifest import MANIFEST_FILE, Manifest
+from train.run.manifest import Manifest
 from train.run.run_data import recorded_file
 from train.threads import cpu_threads
 from transformer.checkpoint import CheckpointError
@@ -34,11 +34,13 @@ def fit(args) -> int:
 
     overrides = (list(args.set) + ([f"train.backend={args.backend}"] if args.backend else [])
                  + ([f"train.patience={args.patience}"] if args.patience is not None else []))
-    run_config, run_dir, data_dir = _fit_target(args, overrides)
-    comm = communicators.from_launcher(run_config.train.backend)  # under mpiexec: one rank per device
+    host = communicators.host_from_launcher()  # MPI first: a rank that fails before MPI_Init hangs the others in it
     exit_codes = {InputError: 2, CheckpointError: 2, DivergedError: 3, LossScaleOverflowError: 3, KeyboardInterrupt: 130}
     try:
-        with communicators.abort_on_error(comm, exit_codes):  # many ranks: a failure anywhere ends the job
+        with communicators.abort_on_error(host, exit_codes):  # many ranks: a failure anywhere ends the job
+            run_config, run_dir, data_dir = _fit_target(args, overrides)
+            train = run_config.train        # under mpiexec: one rank per device; NCCL set-up fails here too
+            comm = communicators.for_backend(host, train.backend, train.collective_timeout_s)
             result = run_fit(run_config, run_dir, force=args.force, reset_optimizer=args.reset_optimizer,
                              progress=not args.no_progress, data_dir=data_dir, comm=comm,
                              tensorboard=args.tensorboard, init_from=args.init_from)
@@ -61,9 +63,8 @@ def fit(args) -> int:
 
 
 def _fit_target(args, overrides: list[str]):
-    """(config, run dir, data dir) of `fit --config X [--run-dir D]`, or of `fit --resume RUN_DIR`, which reads
-    the run's own config.json and prepared data (and takes --set for the settings that may change)."""
-    from train.run.run_data import recorded
+    """(config, run dir, data dir) of `fit --config X [--run-dir D]` or of `fit --resume RUN_DIR`."""
+    from train.run.run_data import resumed_run
 
     if (args.config is None) == (args.resume is None):
         raise InputError("fit needs --config CONFIG (a new run, or the same command again) or --resume RUN_DIR, "
@@ -74,11 +75,7 @@ def _fit_target(args, overrides: list[str]):
     if args.run_dir is not None or args.init_from is not None:
         raise InputError("--resume RUN_DIR is the run directory, and it resumes from its own checkpoints; "
                          "leave out --run-dir and --init-from")
-    if not (args.resume / MANIFEST_FILE).is_file() and not (args.resume / "config.json").is_file():
-        raise InputError(f"{args.resume}: not a run directory (no {MANIFEST_FILE}, no config.json) to resume")
-    record = recorded(args.resume)
-    data_dir = args.data_dir or (Path(record["data"]).parent if record else None)
-    return config_lib.load(args.resume / "config.json", overrides), args.resume, data_dir
+    return resumed_run(args.resume, overrides, args.data_dir)
 
 
 def prepare(args) -> int:
@@ -105,7 +102,7 @@ def prepare(args) -> int:
           f"{data.manifest['ids_dtype']} ids")
     print(f"  pairs       {stats.n_kept:,} ({stats.n_empty} with an empty side skipped)")
     print(f"  train with  {shlex.join(command)}")
-    print(f"              (the same --config and --set; add --run-dir DIR and any options of fit)")
+    print("              (the same --config and --set; add --run-dir DIR and any options of fit)")
     return 0
 
 
@@ -309,19 +306,23 @@ def bench(args) -> int:
 
 def scale(args) -> int:
     """Project data-parallel training on 1-8 devices from a measured step and all-reduce (train/experiments/scale.py)."""
-    from train.experiments import scale as scale_lib
+    from train.experiments import scale as scale_model
+    from train.experiments import scale_report
 
     if args.allreduce_only:
-        scale_lib.allreduce_only(args.backend, args.json)
+        scale_report.allreduce_only(args.backend, args.json)
         return 0
     for link in args.link:
-        if link not in scale_lib.LINKS and not _is_positive_number(link):
-            raise InputError(f"--link must be one of {', '.join(scale_lib.LINKS)} or a bus bandwidth in GB/s, got {link!r}")
+        if link not in scale_model.LINKS and not _is_positive_number(link):
+            raise InputError(f"--link must be one of {', '.join(scale_model.LINKS)} or a bus bandwidth in GB/s, "
+                             f"got {link!r}")
     if args.accum < 1 or args.bucket_mb < 0 or (args.step_ms is not None and args.step_ms <= 0):
         raise InputError("--accum must be at least 1, --bucket-mb 0 or more and --step-ms positive")
+    if not 0 <= args.overlap <= 1:
+        raise InputError(f"--overlap is a fraction of the all-reduce, between 0 and 1; got {args.overlap}")
     preset = args.preset or ("base" if args.backend in ("cuda", "cupy", "gpu") else "cpu")
-    scale_lib.run(preset, args.backend, args.step_ms, args.batch, args.link, args.bucket_mb, args.accum,
-                  args.steps, args.json)
+    scale_report.run(preset, args.backend, args.step_ms, args.batch, args.link, args.bucket_mb, args.accum,
+                     args.steps, args.json, overlap=args.overlap)
     return 0
 
 

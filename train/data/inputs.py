@@ -68,11 +68,15 @@ def read_split(paths: tuple[Path, Path], tokenizer: Tokenizer, limit: int, log=p
                  [s[:limit] for s in src_ids], [t[:limit] for t in tgt_ids])
 
 
-def prepare(config: RunConfig, data_dir: Path, check_files=None, log=print, progress: bool = False,
-            tokenizer: Tokenizer | None = None) -> Prepared:
+def prepare(config: RunConfig, data_dir: Path, batch_tokens: int, check_files=None, log=print,
+            progress: bool = False, tokenizer: Tokenizer | None = None) -> Prepared:
     """Prepared data for a run from `data_dir` (store.prepare_data, which passes `check_files` the hashed
     input files before preparing anything, and encodes with `tokenizer` when given), the dev and test
-    pairs, and the training batches."""
+    pairs, and the training batches.
+
+    The training pairs are cut into batches of `batch_tokens` padded tokens per side, the
+    update plan's micro-batch (train/distributed/global_batch.py).
+    """
     data = prepare_data(config, data_dir, log=log, progress=progress, check_files=check_files, tokenizer=tokenizer)
     tokenizer, corpus, paths = data.tokenizer, data.corpus, data.paths
     limit = min(config.task.max_len, config.model.max_len - 1)  # one position for BOS/EOS
@@ -84,7 +88,7 @@ def prepare(config: RunConfig, data_dir: Path, check_files=None, log=print, prog
     log(f"training pairs: {len(index)} kept, {dropped} longer than {limit} tokens dropped, "
         f"{corpus.stats.n_empty} empty skipped")
     positions = make_batches(corpus.src_lengths[index] + 1, corpus.tgt_lengths[index] + 1,
-                             config.train.max_tokens, seed=config.train.seed)
+                             batch_tokens, seed=config.train.seed)
     batches = [index[b] for b in positions]
     valid = read_split(paths["valid"], tokenizer, limit, log)
     test = read_split(paths["test"], tokenizer, limit, log) if paths.get("test") else None

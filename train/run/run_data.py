@@ -12,9 +12,11 @@ The tokenizer is copied into the run directory, where `translate` and `evaluate`
 import json
 from pathlib import Path
 
+from train import config as config_lib
+from train.config import RunConfig
 from train.data.store import SPLIT_FILES, PreparedData
 from train.errors import InputError
-from train.run.manifest import Manifest
+from train.run.manifest import MANIFEST_FILE, Manifest
 
 RECORD_FILE = "prepared.json"
 TOKENIZER_FILE = "tokenizer.model"
@@ -34,6 +36,17 @@ def recorded_file(run_dir: Path, name: str) -> Path | None:
         return Path(recorded(run_dir)["files"][name]["path"])
     except (TypeError, KeyError):
         return None
+
+
+def resumed_run(run_dir: Path, overrides: list[str], data_dir: Path | None) -> tuple[RunConfig, Path, Path | None]:
+    """(config, run dir, data dir) of `fit --resume RUN_DIR`: the run's own config.json with `overrides` (the
+    settings that may change are checked by run_dir.start_run) and, unless `data_dir` is given, the prepared
+    data it recorded."""
+    if not (run_dir / MANIFEST_FILE).is_file() and not (run_dir / "config.json").is_file():
+        raise InputError(f"{run_dir}: not a run directory (no {MANIFEST_FILE}, no config.json) to resume")
+    record = recorded(run_dir)
+    data_dir = data_dir or (Path(record["data"]).parent if record else None)
+    return config_lib.load(run_dir / "config.json", overrides), run_dir, data_dir
 
 
 def check_same_data(run_dir: Path, record: dict | None):
