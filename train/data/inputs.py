@@ -1,6 +1,6 @@
 """Everything a run needs before the first step: prepared data, dev/test pairs, batches (§5.1).
 
-`prepare(config, data_dir)` gets the prepared tokenizer and token ids from
+`prepare(config, data_dir, batch_tokens)` gets the prepared tokenizer and token ids from
 train/data/store.py (made once, shared by runs: `python -m train prepare`), reads the
 validation and test pairs, and cuts the training pairs into token-budget batches.
 What the run directory records of its data is train/run/run_data.py's.
