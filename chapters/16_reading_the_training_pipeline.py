@@ -33,6 +33,7 @@
 # %%
 import json
 import os
+import shutil
 
 import numpy as np
 import safetensors
@@ -47,6 +48,7 @@ from train.data.batching import pad_batch
 from train.data.tokenizer import Tokenizer
 from train.run import checkpointing
 from train.run.checkpointing import TrainState
+from train.run.manifest import Manifest
 from train.run.step import train_step
 from transformer import LabelSmoothingLoss, Transformer, TransformerConfig
 from transformer.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -270,7 +272,11 @@ straight = new_state(seed=4)
 train(straight, 6)
 first_half = new_state(seed=4)
 train(first_half, 3)
-saved = checkpointing.save(ckpt_dir, first_half)
+run_dir = OUT / "16_run"                   # `save` writes into a run directory, whose manifest lists every
+shutil.rmtree(run_dir, ignore_errors=True)  # file the run wrote: a new one on every run of this chapter
+run_dir.mkdir(parents=True)
+Manifest.create(run_dir)
+saved = checkpointing.save(run_dir, first_half)
 resumed = new_state(seed=99)                                     # different weights and RNG: restore must fix both
 checkpointing.restore(saved, resumed)
 train(resumed, 6)

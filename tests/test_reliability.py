@@ -7,7 +7,9 @@ tests/train/test_cli.py (mismatched line counts, non-UTF-8, unknown config key,
 tampered checkpoint, empty stdin, tokenizer/vocabulary mismatch) are not repeated.
 """
 
+import contextlib
 import errno
+import json
 import os
 import random
 import re
@@ -179,25 +181,31 @@ def test_force_in_a_folder_that_was_never_a_run_deletes_nothing(tmp_path):
         assert {p: (p.read_bytes() if p.is_file() else None, p.stat().st_mtime_ns) for p in folder.rglob("*")} == before
 
 
+@contextlib.contextmanager
+def trainer(run_dir: Path, log: Path):
+    """A `fit` process training in run_dir, yielded once its first step is logged; killed -9 on leaving."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(fit_cmd(run_dir, "train.max_steps=100000", "train.ckpt_every=2"), stdout=out,
+                                stderr=subprocess.STDOUT, cwd=ROOT, env=ENV)
+        try:
+            assert wait_until(lambda: STEP_LINE in log.read_bytes(), 60), log.read_text()
+            yield proc
+        finally:
+            proc.kill()
+            proc.wait()
+
+
 def test_second_writer_is_refused_and_a_dead_holders_lock_is_taken_over(tmp_path):
     """Two `fit` processes on one run directory: the second gets a one-line error naming the first (pid,
     host) and writes nothing; after the first is killed -9, its lock is taken over and the run resumes."""
-    run_dir, log = tmp_path / "run", tmp_path / "first.log"
-    with open(log, "wb") as out:
-        first = subprocess.Popen(fit_cmd(run_dir, "train.max_steps=100000", "train.ckpt_every=2"), stdout=out,
-                                 stderr=subprocess.STDOUT, cwd=ROOT, env=ENV)
-        try:
-            assert wait_until(lambda: STEP_LINE in log.read_bytes(), 60), log.read_text()
-            metrics_before = (run_dir / "metrics.jsonl").read_bytes()
-            second = run_cli(*fit_cmd(run_dir, "train.max_steps=100000", "train.ckpt_every=2")[3:])
-            assert_one_line_error(second, f"{run_dir}: another process is training in this run directory",
-                                  f"pid {first.pid} on host {socket.gethostname()}")
-            assert (run_dir / "metrics.jsonl").read_bytes().startswith(metrics_before)  # appended by the first only
-            assert b"resume" not in (run_dir / "metrics.jsonl").read_bytes()
-            first.send_signal(signal.SIGKILL)
-        finally:
-            first.kill()
-            first.wait()
+    run_dir = tmp_path / "run"
+    with trainer(run_dir, tmp_path / "first.log") as first:
+        metrics_before = (run_dir / "metrics.jsonl").read_bytes()
+        second = run_cli(*fit_cmd(run_dir, "train.max_steps=100000", "train.ckpt_every=2")[3:])
+        assert_one_line_error(second, f"{run_dir}: another process is training in this run directory",
+                              f"pid {first.pid} on host {socket.gethostname()}")
+        assert (run_dir / "metrics.jsonl").read_bytes().startswith(metrics_before)  # appended by the first only
+        assert b"resume" not in (run_dir / "metrics.jsonl").read_bytes()
     assert f'"pid": {first.pid}' in (run_dir / "run.lock").read_text()  # the dead holder's lock is still there
     newest = latest_valid_checkpoint(run_dir)
     third = subprocess.run(fit_cmd(run_dir, f"train.max_steps={step_of(newest) + 1}", "train.ckpt_every=2"),
@@ -205,6 +213,25 @@ def test_second_writer_is_refused_and_a_dead_holders_lock_is_taken_over(tmp_path
     assert third.returncode == 0, third.stderr.decode()
     assert f"restored {newest.name}" in third.stdout.decode()
     assert (run_dir / "run.lock").read_text() == ""  # released at the end
+
+
+def test_deleting_run_lock_admits_no_second_trainer(tmp_path):
+    """Failure 2 of issue 29: after `rm run.lock` a second `fit` trained in the same folder; checkpoints of both
+    runs mixed and metrics.jsonl had two step-20 records. The lock is on the folder itself now."""
+    run_dir = tmp_path / "run"
+    with trainer(run_dir, tmp_path / "first.log"):
+        (run_dir / "run.lock").unlink()
+        second = run_cli(*fit_cmd(run_dir, "train.max_steps=100000", "train.ckpt_every=2")[3:])
+        assert_one_line_error(second, f"{run_dir}: another process is training in this run directory",
+                              "run.lock was deleted")
+        assert wait_until(lambda: len(list_checkpoints(run_dir)) >= 2, 120)
+    steps = [r["step"] for r in read_metrics_raw(run_dir / "metrics.jsonl") if r["kind"] == "train"]
+    assert steps == sorted(set(steps)), "two trainers wrote one log"
+    assert b"resume" not in (run_dir / "metrics.jsonl").read_bytes()
+
+
+def read_metrics_raw(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
 
 
 # ------------------------------------------------------------------ 2. graceful stop

@@ -4,9 +4,12 @@
     python -m train prepare --config configs/X.toml [--data-dir runs/prepared] [--workers N]
     python -m train fit --config configs/X.toml [--set k=v ...] [--run-dir DIR] [--data-dir DIR] [--force]
                         [--reset-optimizer] [--patience N] [--backend numpy|numba|cupy|cpu|cuda] [--tensorboard]
+                        [--init-from CKPT]                        a new run from a model's weights (fine-tuning)
+    python -m train fit --resume RUN_DIR [--set k=v ...]          resume from the run's own config.json
     python -m train translate --ckpt CKPT [--beam 4 --alpha 0.6] [--nbest K] < input.txt > output.txt
     python -m train translate --ckpt CKPT --input FILE --output FILE [--force]
     python -m train evaluate --ckpt CKPT --src SRC --ref REF      sacreBLEU + signature, chrF, paper BLEU
+    python -m train score --hyp HYP --ref REF                     the same scores for a file of translations
     python -m train average RUN_DIR [--last K] [--out PATH]        §6.1 checkpoint averaging
     python -m train plot RUN_DIR                                   PNG curves (+ attention heat-map)
     python -m train export-tensorboard RUN_DIR                     metrics.jsonl as TensorBoard scalars (fit --tensorboard: live)
@@ -56,6 +59,12 @@ def _add_decoding(parser: argparse.ArgumentParser, beam: int = 4, alpha: float =
                         help="CPU threads for BLAS and Numba (default 0: the libraries' choice)")
 
 
+def _add_paper_recipe(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--paper-recipe", choices=["paper-2017", "paper-current"], default="paper-2017",
+                        help="paper BLEU as tensor2tensor's get_ende_bleu.sh computed it for the paper (paper-2017, "
+                             "the default) or as it does today (paper-current: unicode punctuation normalised first)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m train", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -82,19 +91,29 @@ def build_parser() -> argparse.ArgumentParser:
                               "uses for run directories in runs/)")
     prepare.add_argument("--workers", type=int, default=0,
                          help="encoding processes (default 0: one per core for a large corpus)")
+    prepare.add_argument("--no-progress", action="store_true",
+                         help="no progress (by default a bar on a terminal, a line every 30 s in a log)")
     _add_debug(prepare)
 
     fit = commands.add_parser("fit", help="train (or resume) a run from a TOML config")
-    fit.add_argument("--config", type=Path, required=True, help="TOML run config, e.g. configs/demo.toml")
+    fit.add_argument("--config", type=Path, default=None, help="TOML run config, e.g. configs/demo.toml")
+    fit.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
+                     help="resume RUN_DIR with its own config.json and prepared data, instead of --config "
+                          "(--set may change the settings README 'Resuming' lists, e.g. train.lr_factor)")
     fit.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config value, e.g. model.d_model=256 (repeatable)")
     fit.add_argument("--run-dir", type=Path, default=None, help="default runs/<config name>")
     fit.add_argument("--data-dir", type=Path, default=None,
                      help="prepared data, shared by runs (default: prepared/ beside the run directory)")
     fit.add_argument("--force", action="store_true",
-                     help="start over: delete this tool's files in the run dir (never anything else)")
+                     help="start over: delete the files this tool wrote in the run dir (its manifest lists them; "
+                          "never anything else)")
+    fit.add_argument("--init-from", type=Path, default=None, metavar="CKPT",
+                     help="start a new run from this model file's weights and tokenizer (fine-tuning; Adam and "
+                          "the schedule start afresh)")
     fit.add_argument("--patience", type=int, default=None, metavar="N",
-                     help="stop after N validations without a better validation BLEU (sets train.patience)")
+                     help="stop after N validations without a better train.best_metric (dev loss by default; "
+                          "sets train.patience)")
     fit.add_argument("--reset-optimizer", action="store_true",
                      help="resume the weights but start Adam (moments, step, warm-up) afresh")
     fit.add_argument("--backend", default=None, help="numpy, numba, cupy, cpu or cuda (overrides train.backend)")
@@ -107,7 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
         "translate", help="translate one sentence a line: stdin to stdout as lines arrive, or --input to --output")
     translate.add_argument("--ckpt", type=Path, required=True, help="a checkpoint (.safetensors)")
     translate.add_argument("--input", type=Path, default=None, help="read this file (default: stdin, line by line)")
-    translate.add_argument("--output", type=Path, default=None, help="write this file (default: stdout)")
+    translate.add_argument("--output", type=Path, default=None,
+                           help="write this file, line by line as translations are done (default: stdout)")
     translate.add_argument("--force", action="store_true", help="overwrite --output if it exists")
     translate.add_argument("--nbest", type=int, default=0, metavar="K",
                            help="the K best translations of each line, as LINE<TAB>SCORE<TAB>TEXT (K <= --beam)")
@@ -118,9 +138,17 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--ckpt", type=Path, required=True, help="a checkpoint (.safetensors)")
     evaluate.add_argument("--src", type=Path, required=True, help="source sentences, one a line")
     evaluate.add_argument("--ref", type=Path, required=True, help="reference translations, line by line")
-    evaluate.add_argument("--out", type=Path, default=None, help="also write the translations here")
+    evaluate.add_argument("--out", type=Path, default=None,
+                          help="also write the translations here (a new file, written as they are produced)")
+    _add_paper_recipe(evaluate)
     _add_decoding(evaluate)
     _add_debug(evaluate)
+
+    score = commands.add_parser("score", help="score a file of translations: sacreBLEU, chrF, paper BLEU")
+    score.add_argument("--hyp", type=Path, required=True, help="translations, one a line")
+    score.add_argument("--ref", type=Path, required=True, help="reference translations, line by line")
+    _add_paper_recipe(score)
+    _add_debug(score)
 
     average = commands.add_parser("average", help="average the last K checkpoints of a run (§6.1)")
     average.add_argument("run_dir", type=Path, metavar="RUN_DIR")

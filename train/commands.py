@@ -6,7 +6,7 @@ with beam search (beam 4, α 0.6, §6.1), print sacreBLEU and exact match with a
 few example translations, and write the plots.
 """
 
-import json
+import contextlib
 import os
 import sys
 import time
@@ -15,12 +15,14 @@ from pathlib import Path
 from tqdm import tqdm
 
 from train import config as config_lib
-from train.data.files import iter_lines, iter_parallel, write_atomic
+from train.data.files import iter_lines, write_atomic
 from train.errors import InputError
 from train.evaluate.scores import corpus_scores
 from train.run import checkpointing
+from train.run.manifest import Manifest
+from train.run.run_data import recorded_file
 from train.threads import cpu_threads
-from transformer.checkpoint import CheckpointError, list_checkpoints
+from transformer.checkpoint import CheckpointError
 
 
 def fit(args) -> int:
@@ -36,13 +38,12 @@ def fit(args) -> int:
     exit_codes = {InputError: 2, CheckpointError: 2, DivergedError: 3, LossScaleOverflowError: 3, KeyboardInterrupt: 130}
     try:
         with communicators.abort_on_error(host, exit_codes):  # many ranks: a failure anywhere ends the job
-            run_config = config_lib.load(args.config, overrides)
-            run_dir = args.run_dir if args.run_dir is not None else Path("runs") / run_config.name
+            run_config, run_dir, data_dir = _fit_target(args, overrides)
             train = run_config.train        # under mpiexec: one rank per device; NCCL set-up fails here too
             comm = communicators.for_backend(host, train.backend, train.collective_timeout_s)
             result = run_fit(run_config, run_dir, force=args.force, reset_optimizer=args.reset_optimizer,
-                             progress=not args.no_progress, data_dir=args.data_dir, comm=comm,
-                             tensorboard=args.tensorboard)
+                             progress=not args.no_progress, data_dir=data_dir, comm=comm,
+                             tensorboard=args.tensorboard, init_from=args.init_from)
     except (DivergedError, LossScaleOverflowError) as err:  # the run, not the input: exit status 3
         if args.debug:
             raise
@@ -54,33 +55,54 @@ def fit(args) -> int:
         print(f"stopped early at step {result.progress.step}: the best validation is step "
               f"{result.progress.best_step}, in {run_dir / checkpointing.BEST_FILE}")
     elif result.stopped:
-        print(f"stopped by {result.stopped} at step {result.progress.step}; to resume, run the same command again")
+        print(f"stopped by {result.stopped} at step {result.progress.step}; to resume, run the same command again "
+              f"(or python -m train fit --resume {run_dir})")
     else:
         print(f"done: step {result.progress.step}; checkpoints in {run_dir}")
     return 0
 
 
+def _fit_target(args, overrides: list[str]):
+    """(config, run dir, data dir) of `fit --config X [--run-dir D]` or of `fit --resume RUN_DIR`."""
+    from train.run.run_data import resumed_run
+
+    if (args.config is None) == (args.resume is None):
+        raise InputError("fit needs --config CONFIG (a new run, or the same command again) or --resume RUN_DIR, "
+                         "one of them")
+    if args.config is not None:
+        run_config = config_lib.load(args.config, overrides)
+        return run_config, args.run_dir if args.run_dir is not None else Path("runs") / run_config.name, args.data_dir
+    if args.run_dir is not None or args.init_from is not None:
+        raise InputError("--resume RUN_DIR is the run directory, and it resumes from its own checkpoints; "
+                         "leave out --run-dir and --init-from")
+    return resumed_run(args.resume, overrides, args.data_dir)
+
+
 def prepare(args) -> int:
     """Prepare the data of a config (tokenizer + token ids) into the shared data directory, as `fit` would."""
+    import shlex
+
     from train.data.inputs import read_split
     from train.data.store import prepare_data
 
     run_config = config_lib.load(args.config, list(args.set))
-    data = prepare_data(run_config, args.data_dir, workers=args.workers, progress=sys.stderr.isatty())
+    data = prepare_data(run_config, args.data_dir, workers=args.workers, progress=not args.no_progress)
     limit = min(run_config.task.max_len, run_config.model.max_len - 1)
     for split in ("valid", "test"):  # the dev and test files must be readable too, before anyone trains
         if data.paths.get(split):
             read_split(data.paths[split], data.tokenizer, limit, log=lambda message: None)
     stats = data.corpus.stats
     size = sum(p.stat().st_size for p in data.folder.iterdir())
+    command = ["python", "-m", "train", "fit", "--config", str(args.config), "--data-dir", str(args.data_dir),
+               *[arg for item in args.set for arg in ("--set", item)]]
     print(f"prepared data: {data.folder} ({size / 2**20:.1f} MiB)")
     print(f"  made from   {data.paths['train'][0]} + {data.paths['train'][1]} (sha256 "
           f"{data.files['train_src']['sha256'][:12]}.. + {data.files['train_tgt']['sha256'][:12]}..)")
     print(f"  tokenizer   {data.tokenizer.vocab_size} pieces ({run_config.tokenizer.model_type}), "
           f"{data.manifest['ids_dtype']} ids")
     print(f"  pairs       {stats.n_kept:,} ({stats.n_empty} with an empty side skipped)")
-    print(f"  used by     python -m train fit --config {args.config} --data-dir {args.data_dir} "
-          f"(or any --run-dir in {args.data_dir.parent})")
+    print(f"  train with  {shlex.join(command)}")
+    print("              (the same --config and --set; add --run-dir DIR and any options of fit)")
     return 0
 
 
@@ -103,58 +125,88 @@ def _load(args):
 
 
 def translate(args) -> int:
-    """A file (--input) or stdin, line by line as it arrives; to --output or stdout."""
-    from train.evaluate.translate import translate_lines, translate_stream
+    """A file (--input) or stdin, line by line as it arrives; to --output or stdout, written as it is produced."""
+    from train.evaluate.translate import read_source, translate_in_chunks, translate_stream
 
     _check_decoding(args)
-    if args.output is not None and args.output.exists() and not args.force:
-        raise InputError(f"{args.output}: exists; pass --force to overwrite it or choose another --output")
-    lines = [line for _, line in iter_lines(args.input)] if args.input is not None else None
+    lines = read_source(args.input) if args.input is not None else None
     model, tokenizer = _load(args)
     options = dict(beam=args.beam, alpha=args.alpha, max_len_b=args.max_len_b, max_tokens=args.max_tokens,
                    nbest=args.nbest)
-    with cpu_threads(args.threads):
-        if lines is None and args.output is None:  # a line in, a line out
-            def write(text: str) -> None:
-                sys.stdout.write(text)
-                sys.stdout.flush()
+    with cpu_threads(args.threads), _output(args.output, args.force) as write:
+        if lines is None:  # a line in, a line out
             stdin = sys.stdin.fileno()
             translate_stream(model, tokenizer, lambda n: os.read(stdin, n), write, **options)
             return 0
-        if lines is None:
-            lines = [line for line in _read_all(sys.stdin.buffer)]
         with _progress(len(lines), "translating") as bar:
-            outputs = translate_lines(model, tokenizer, lines, where=str(args.input or "<stdin>"),
-                                      on_batch=bar.update, **options)
-    text = "".join(line + "\n" for line in outputs)
-    if args.output is None:
-        sys.stdout.write(text)
-    else:
-        write_atomic(args.output, text.encode("utf-8"))
+            translate_in_chunks(model, tokenizer, lines, write, where=str(args.input), on_batch=bar.update, **options)
     return 0
 
 
-def _read_all(stream) -> list[str]:
-    from train.evaluate.translate import decode_line
+@contextlib.contextmanager
+def _output(path: Path | None, force: bool):
+    """A write(text) function for stdout or a new file (an existing one only with `force`), flushed as it goes."""
+    if path is None:
+        def write(text: str) -> None:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        yield write
+        return
+    try:
+        out = open(path, "w" if force else "x", encoding="utf-8")
+    except FileExistsError:
+        raise InputError(f"{path}: exists; pass --force to overwrite it or choose another output file") from None
+    except OSError as err:
+        raise InputError(f"{path}: cannot write ({err.strerror or err})") from None
+    with out:
+        def write(text: str) -> None:
+            out.write(text)
+            out.flush()
+        yield write
 
-    return [decode_line(raw, "<stdin>", number) for number, raw in enumerate(stream, start=1)]
+
+def _references(src: Path, ref: Path) -> tuple[list[str], list[str]]:
+    """(sources, references) line by line: a bad reference is an error before anything is translated, a
+    bad source line a warning and an empty hypothesis (train/evaluate/translate.py read_source)."""
+    from train.evaluate.translate import read_source
+
+    refs = [line for _, line in iter_lines(ref)]
+    sources = read_source(src)
+    _pair_up(src, sources, ref, refs)
+    return sources, refs
+
+
+def _pair_up(first: Path, a: list[str], second: Path, b: list[str]) -> None:
+    for path, lines in ((first, a), (second, b)):
+        if not lines:
+            raise InputError(f"{path}: empty file")
+    if len(a) != len(b):
+        raise InputError(f"{first} has {len(a)} lines but {second} has {len(b)}; they must pair up line by line")
 
 
 def evaluate(args) -> int:
-    from train.evaluate.translate import translate_lines
+    """Translate a test set (written to --out as it goes) and score it: sacreBLEU, chrF, paper BLEU."""
+    from train.evaluate.translate import translate_in_chunks
 
     _check_decoding(args)
-    pairs = [(src, ref) for _, src, ref in iter_parallel(args.src, args.ref)]  # checks both files first
+    sources, refs = _references(args.src, args.ref)
     if args.out is not None and args.out.exists():
         raise InputError(f"{args.out}: exists; choose another --out (nothing is overwritten)")
     model, tokenizer = _load(args)
-    with cpu_threads(args.threads), _progress(len(pairs), "translating") as bar:
-        hyps = translate_lines(model, tokenizer, [s for s, _ in pairs], beam=args.beam, alpha=args.alpha,
-                               max_len_b=args.max_len_b, max_tokens=args.max_tokens, where=str(args.src),
-                               on_batch=bar.update)
-    if args.out is not None:
-        args.out.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
-    print(corpus_scores(hyps, [r for _, r in pairs]).format())
+    with cpu_threads(args.threads), _progress(len(sources), "translating") as bar, \
+            _output(args.out, False) if args.out is not None else contextlib.nullcontext(lambda text: None) as write:
+        hyps = translate_in_chunks(model, tokenizer, sources, write, beam=args.beam, alpha=args.alpha,
+                                   max_len_b=args.max_len_b, max_tokens=args.max_tokens, where=str(args.src),
+                                   on_batch=bar.update)
+    print(corpus_scores(hyps, refs, paper=args.paper_recipe).format())
+    return 0
+
+
+def score(args) -> int:
+    """Score an existing hypothesis file against references: sacreBLEU, chrF, paper BLEU (no model needed)."""
+    hyps, refs = ([line for _, line in iter_lines(path)] for path in (args.hyp, args.ref))
+    _pair_up(args.hyp, hyps, args.ref, refs)
+    print(corpus_scores(hyps, refs, paper=args.paper_recipe).format())
     return 0
 
 
@@ -180,10 +232,11 @@ def plot(args) -> int:
 
     if not (args.run_dir / "metrics.jsonl").is_file():
         raise InputError(f"{args.run_dir}: no metrics.jsonl here; is it a run directory?")
+    Manifest.load(args.run_dir)  # the figures go into RUN_DIR/plots as the run's files
     written = plot_run(args.run_dir)
-    checkpoints = list_checkpoints(args.run_dir)
+    checkpoints = checkpointing.run_checkpoints(args.run_dir)
     sentence = args.sentence
-    valid_src = _recorded_file(args.run_dir, "valid_src")
+    valid_src = recorded_file(args.run_dir, "valid_src")
     if sentence is None and valid_src is not None and valid_src.is_file():
         sentence = next((line for _, line in iter_lines(valid_src) if line), None)
     if checkpoints and sentence:
@@ -194,16 +247,6 @@ def plot(args) -> int:
     for path in written:
         print(f"wrote {path}")
     return 0
-
-
-def _recorded_file(run_dir: Path, name: str) -> Path | None:
-    """A data file the run trained with (run_dir/prepared.json), e.g. "valid_src"; None if not recorded."""
-    from train.data.inputs import RECORD_FILE
-
-    try:
-        return Path(json.loads((run_dir / RECORD_FILE).read_text(encoding="utf-8"))["files"][name]["path"])
-    except (OSError, ValueError, KeyError):
-        return None
 
 
 def demo(run_dir: Path, overrides: list[str], force: bool, progress: bool, config_path: Path) -> int:
@@ -237,7 +280,7 @@ def _demo_test(run_config, run_dir: Path, result) -> None:
     hyp_ids = translate_ids(model, test.src_ids, beam=decode.beam, alpha=decode.alpha,
                             max_len_b=decode.max_len_b, max_tokens=decode.max_tokens)
     hyps = [tokenizer.decode(h) for h in hyp_ids]
-    (run_dir / "test.hyp").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+    Manifest.load(run_dir).write_bytes("test.hyp", "".join(h + "\n" for h in hyps).encode("utf-8"))
     scores = corpus_scores(hyps, test.tgt_text)
     print("examples (source => model | reference):")
     for src, hyp, ref in list(zip(test.src_text, hyps, test.tgt_text))[:5]:
@@ -314,7 +357,7 @@ def parse_eval(args) -> int:
         raise InputError(f"{args.out}: exists; choose another --out (nothing is overwritten)")
     gold_path = args.gold
     if gold_path.is_dir():  # a ptb run: the gold trees of the test split it was prepared with
-        test_trees = _recorded_file(gold_path, "test_tgt")
+        test_trees = recorded_file(gold_path, "test_tgt")
         if test_trees is None:
             raise InputError(f"{gold_path}: not a ptb run directory (no test split in its prepared.json)")
         gold_path = test_trees.with_suffix(".gold")
@@ -353,5 +396,5 @@ def ablate(args) -> int:
     return ablate_lib.command(args)
 
 
-__all__ = ["fit", "prepare", "translate", "evaluate", "average", "export_tensorboard", "plot", "demo", "bench",
+__all__ = ["fit", "prepare", "translate", "evaluate", "score", "average", "export_tensorboard", "plot", "demo", "bench",
            "doctor", "ablate", "scale", "evalb", "parse_eval"]

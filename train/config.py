@@ -106,7 +106,8 @@ class TrainConfig:
     keep_last: int = 5  # checkpoints kept on disk
     keep_last_full: int = 1  # of those, the newest this many keep Adam's state (an exact resume); the rest weights only
     average_last: int = 5  # §6.1: average this many last checkpoints for the final model (base 5, big 20)
-    patience: int = 0  # stop after this many validations without a better validation BLEU (0 = never)
+    patience: int = 0  # stop after this many validations without a better best_metric (0 = never)
+    best_metric: str = "loss"  # picks best.safetensors, drives patience: "loss" (dev loss) or "bleu" (>= 500 sentences)
     bucket_mb: float = 25.0  # many GPUs: all-reduce gradients in buckets of this many MB during backward (0 = after it)
     check_replicas: bool = False  # many GPUs, debug: check that every rank holds the same weights after the first update
     collective_timeout_s: float = 600.0  # many GPUs: end the job when a rank has not joined a collective for this long
@@ -132,6 +133,7 @@ class TrainConfig:
                              f"train.keep_last ({self.keep_last})")
         if self.patience < 0:
             raise InputError(f"train.patience must be 0 (never stop early) or positive, got {self.patience}")
+        _choice("train.best_metric", self.best_metric, ("loss", "bleu"))
 
 
 @dataclass(frozen=True)
@@ -168,12 +170,16 @@ class RunConfig:
 TOKENIZER_OWNED = ("vocab_size", "pad_id", "unk_id", "bos_id", "eos_id")
 
 
-# Keys that may change between a run and its resumption (they do not change the math so far).
+# Keys that may change between a run and its resumption: bookkeeping, validation and decoding (they do
+# not change the math so far), and the ones fine-tuning habits need, which change it from the resumed
+# step on (logged as such): the learning-rate scale and dropout. The batch is the checkpoint's update
+# plan, kept on resume whatever the world size (train/distributed/global_batch.py).
 RESUMABLE_KEYS = frozenset({
     "name", "train.max_steps", "train.log_every", "train.valid_every", "train.valid_bleu_sentences",
     "train.valid_beam", "train.ckpt_every", "train.ckpt_minutes", "train.keep_last",
     "train.average_last", "train.backend", "train.threads", "model.impl", "train.keep_last_full",
     "train.patience", "train.bucket_mb", "train.check_replicas", "train.collective_timeout_s",
+    "train.lr_factor", "model.p_drop", "model.attention_dropout",
 }) | {f"decode.{f.name}" for f in dataclasses.fields(DecodeConfig)}
 
 
@@ -291,7 +297,7 @@ def _where(where: str, text: str | None, key: str) -> str:
 
 
 def load(path: str | Path, overrides: list[str] = ()) -> RunConfig:
-    """Read a TOML config file and apply `key=value` overrides (values in TOML syntax)."""
+    """Read a TOML config file (or a run's config.json) and apply `key=value` overrides (values in TOML syntax)."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: config file not found")
@@ -300,6 +306,12 @@ def load(path: str | Path, overrides: list[str] = ()) -> RunConfig:
     except UnicodeDecodeError as err:
         line = path.read_bytes()[:err.start].count(b"\n") + 1
         raise InputError(f"{path}:{line}: not valid UTF-8") from None
+    if path.suffix == ".json":  # a run's own config.json (what `fit --resume RUN_DIR` reads)
+        try:
+            data = json.loads(text)
+        except ValueError as err:
+            raise InputError(f"{path}: not valid JSON ({err})") from None
+        return apply_overrides(from_dict(data, where=str(path)), overrides)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:

@@ -285,7 +285,12 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
 
 def latest_valid_checkpoint(run_dir: str | Path) -> Path | None:
     """The newest checkpoint that loads and verifies; corrupt ones are skipped with a warning."""
-    for path in reversed(list_checkpoints(run_dir)):
+    return newest_valid(list_checkpoints(run_dir))
+
+
+def newest_valid(paths: list[Path]) -> Path | None:
+    """The last of `paths` (oldest first) that loads and verifies; corrupt ones are skipped with a warning."""
+    for path in reversed(paths):
         try:
             load_checkpoint(path, verify=True)
         except (CheckpointError, OSError) as err:

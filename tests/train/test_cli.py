@@ -12,8 +12,8 @@ from transformer.checkpoint import save_model
 from transformer.config import TransformerConfig
 from transformer.model import Transformer
 
-COMMANDS = ["demo", "prepare", "fit", "translate", "evaluate", "average", "plot", "export-tensorboard", "doctor",
-            "bench", "ablate", "scale", "evalb", "parse-eval"]
+COMMANDS = ["demo", "prepare", "fit", "translate", "evaluate", "score", "average", "plot", "export-tensorboard",
+            "doctor", "bench", "ablate", "scale", "evalb", "parse-eval"]
 
 
 def test_every_command_has_help():
@@ -47,10 +47,12 @@ def test_evaluate_empty_file(texts):
                           f"{src}: empty file")
 
 
-def test_evaluate_non_utf8_names_file_and_line(texts):
-    src, ref = texts("b.en", b"fine\nbad \xff byte\n"), texts("b.de", b"gut\nschlecht\n")
+def test_evaluate_non_utf8_reference_names_file_and_line(texts):
+    """A bad reference line is an error before anything is translated (a bad source line only costs
+    its own translation: tests/train/evaluate/test_translate.py::test_a_bad_line_costs_that_line_only)."""
+    src, ref = texts("b.en", b"fine\nbad byte\n"), texts("b.de", b"gut\nschlecht \xff\n")
     assert_one_line_error(run_cli("evaluate", "--ckpt", "x", "--src", str(src), "--ref", str(ref)),
-                          f"{src}:2: not valid UTF-8")
+                          f"{ref}:2: not valid UTF-8")
 
 
 def test_fit_unknown_config_key_names_file_line_and_suggestion(texts):
@@ -138,7 +140,7 @@ def test_debug_shows_traceback(texts):
 
 
 def test_average_and_plot_errors(tmp_path):
-    assert_one_line_error(run_cli("average", "--last", "5", str(tmp_path)), "has 0 checkpoints")
+    assert_one_line_error(run_cli("average", "--last", "5", str(tmp_path)), "not a run directory")
     assert_one_line_error(run_cli("plot", str(tmp_path)), "no metrics.jsonl")
 
 

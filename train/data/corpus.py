@@ -32,6 +32,7 @@ import numpy as np
 from tqdm import tqdm
 
 from train.data.files import ReadStats, iter_parallel, write_atomic
+from train.data.progress import progress_bar
 from train.errors import InputError
 
 CORPUS_FORMAT = 2  # 2: ids as uint16 when the vocabulary fits
@@ -197,7 +198,7 @@ class TokenizedCorpus:
         for side in ends:
             writers[f"{side}_offsets"].append(np.zeros(1, np.int64))
         counts = {"lines": 0, "empty": 0}
-        bar = tqdm(total=total_lines, unit=" pairs", desc="encoding", dynamic_ncols=True, disable=not progress)
+        bar = progress_bar(progress, total=total_lines, unit=" pairs", desc="encoding")
         try:
             chunks = _chunks(src_path, tgt_path, chunk_pairs, counts, bar)
             for src_ids, src_len, tgt_ids, tgt_len in _encoded_chunks(chunks, tokenizer, dtype, workers):

@@ -4,8 +4,6 @@
 
 Layout of `data_dir` (by default `prepared/` beside the run directories, e.g. runs/prepared):
 
-    file_hashes.json    sha256 and line count of each input file, remembered with its size and
-                        mtime so an unchanged file is not read again (a cache, never trusted more)
     builtin-<hash>/     the built-in task's text (train/data/builtin_task.py), named by a hash of its content
     ptb-<hash>/         the ptb task's words, linearised and gold trees (train/parsing/treebank.py), the same way
     <key>/              one prepared corpus:
@@ -15,12 +13,13 @@ Layout of `data_dir` (by default `prepared/` beside the run directories, e.g. ru
 
 `key` is a sha256 of the format, the sha256 of both training files' bytes and the
 tokenizer settings. The same corpus with the same settings maps to the same folder on
-any machine (copy the folder to share it); one changed byte maps to another. Touching
-a file changes its mtime, so it is hashed again, finds the same key, and nothing is
-re-encoded. A folder is built as `<name>.tmp-<host>-<pid>` and renamed into place when
-complete, so a reader never sees half of one, two processes preparing the same data
-cannot mix their files, and a build killed half-way is deleted by the next one (once
-its process is gone).
+any machine (copy the folder to share it); one changed byte maps to another. Every
+input file is read and hashed each time (about 1.3 s per GB with hardware SHA): a file's
+size and modification time never stand for its content, so an edit that keeps both is
+seen, and a touched file finds the same key and nothing is re-encoded. A folder is built
+as `<name>.tmp-<host>-<pid>` and renamed into place when complete, so a reader never sees
+half of one, two processes preparing the same data cannot mix their files, and a build
+killed half-way is deleted by the next one (once its process is gone).
 """
 
 import contextlib
@@ -30,6 +29,7 @@ import os
 import shutil
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +39,7 @@ from train.config import RunConfig, TaskConfig
 from train.data import builtin_task
 from train.data.corpus import TokenizedCorpus, default_workers
 from train.data.files import count_lines, multi30k_paths, shared_data_dir, write_atomic
+from train.data.progress import progress_bar
 from train.data.tokenizer import Tokenizer
 from train.errors import InputError
 from train.parsing import treebank
@@ -141,47 +142,39 @@ def _hash_and_count(path: Path, bar: tqdm, block: int = 1 << 24) -> dict:
     return {"sha256": digest.hexdigest(), "lines": lines + (last != b"\n")}
 
 
-def fingerprint(paths: dict[str, Path], data_dir: Path, progress: bool = False) -> dict[str, dict]:
-    """{name: {"path", "size", "sha256", "lines"}} for each file; data_dir/file_hashes.json remembers the
-    hash of a file whose size and mtime have not changed, every other file is read and hashed."""
-    cache_path = data_dir / "file_hashes.json"
-    try:
-        cache = json.loads(cache_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        cache = {}
-    out, changed = {}, False
+def fingerprint(paths: dict[str, Path], progress: bool = False) -> dict[str, dict]:
+    """{name: {"path", "size", "sha256", "lines"}} for each file, every byte read and hashed.
+
+    The hash decides whether a corpus is the one a run or a prepared folder was made from, so it is
+    never taken from a file's size and modification time (an edit that keeps both is caught).
+    """
+    out = {}
     for name, path in paths.items():
         try:
-            stat = path.stat()
+            size = path.stat().st_size
         except OSError:
             raise InputError(f"{path}: file not found") from None
-        key, seen = str(path.resolve()), cache.get(str(path.resolve()), {})
-        if (seen.get("size"), seen.get("mtime_ns")) != (stat.st_size, stat.st_mtime_ns):
-            with tqdm(total=stat.st_size, unit="B", unit_scale=True, desc=f"hashing {path.name}",
-                      dynamic_ncols=True, disable=not progress) as bar:
-                seen = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, **_hash_and_count(path, bar)}
-            cache[key], changed = seen, True
-        out[name] = {"path": str(path), "size": seen["size"], "sha256": seen["sha256"], "lines": seen["lines"]}
-    if changed:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            write_atomic(cache_path, json.dumps(cache, indent=1, sort_keys=True).encode("utf-8"))
-        except OSError:  # only a cache: another process may be writing it too
-            pass
+        with progress_bar(progress, total=size, unit="B", unit_scale=True, desc=f"hashing {path.name}") as bar:
+            out[name] = {"path": str(path), "size": size, **_hash_and_count(path, bar)}
     return out
 
 
-def prepared_key(files: dict[str, dict], config: RunConfig) -> str:
-    """sha256 of what the tokenizer and the ids depend on: the training text and the tokenizer settings."""
+def prepared_key(files: dict[str, dict], config: RunConfig, tokenizer: "Tokenizer | None" = None) -> str:
+    """sha256 of what the tokenizer and the ids depend on: the training text and the tokenizer settings
+    (or, for a given tokenizer, its model file's sha256)."""
     tok = config.tokenizer
     what = {"format": PREPARED_FORMAT, "train_src": files["train_src"]["sha256"],
-            "train_tgt": files["train_tgt"]["sha256"], "vocab_size": tok.vocab_size,
-            "model_type": tok.model_type, "sample_size": tok.sample_size, "sample_seed": TOKENIZER_SAMPLE_SEED}
+            "train_tgt": files["train_tgt"]["sha256"]}
+    if tokenizer is None:
+        what.update(vocab_size=tok.vocab_size, model_type=tok.model_type, sample_size=tok.sample_size,
+                    sample_seed=TOKENIZER_SAMPLE_SEED)
+    else:
+        what.update(tokenizer_sha256=tokenizer.model_hash)
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
 
 
 # ------------------------------------------------------------------ building folders safely
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -193,10 +186,10 @@ def _pid_alive(pid: int) -> bool:
 
 def remove_stale_builds(data_dir: Path) -> None:
     """Delete what killed processes left: `*.tmp-<host>-<pid>` build folders of this host and
-    `*.tmp-<pid>` temporaries of atomic writes (file_hashes.json), once their process is gone."""
+    `*.tmp-<pid>` temporaries of atomic writes, once their process is gone."""
     for tmp in Path(data_dir).glob("*.tmp-*"):
         host, _, pid = tmp.name.rpartition(".tmp-")[2].rpartition("-")
-        if not pid.isdigit() or _pid_alive(int(pid)):
+        if not pid.isdigit() or pid_alive(int(pid)):
             continue
         if tmp.is_dir() and host == socket.gethostname():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -233,12 +226,15 @@ def _building(folder: Path):
 
 
 # ------------------------------------------------------------------ the whole step
-def prepare_data(config: RunConfig, data_dir: str | Path, workers: int = 0, log=print,
-                 progress: bool = False) -> PreparedData:
+def prepare_data(config: RunConfig, data_dir: str | Path, workers: int = 0, log=print, progress: bool = False,
+                 check_files: Callable[[dict], None] | None = None, tokenizer: Tokenizer | None = None) -> PreparedData:
     """The prepared tokenizer and ids for `config`'s training corpus: reused when `data_dir` has them, else made.
 
     `workers` encoding processes (0: one per core for a large corpus, none for a small one).
-    Input problems (missing files, line counts that differ, bad UTF-8) are InputErrors.
+    `check_files(files)` runs once every input file is hashed, before anything is prepared (a run
+    that resumes refuses changed data there). `tokenizer`: encode with this one instead of training
+    one (fine-tuning keeps the vocabulary of the model it starts from; `config.tokenizer` is then
+    not used). Input problems (missing files, line counts that differ, bad UTF-8) are InputErrors.
     """
     data_dir = Path(data_dir)
     paths = resolve_paths(config.task, data_dir)
@@ -246,9 +242,12 @@ def prepare_data(config: RunConfig, data_dir: str | Path, workers: int = 0, log=
     named = {f"{split}_{side}": pair[i] for split, pair in paths.items() if pair
              for i, side in enumerate(("src", "tgt"))}
     start = time.perf_counter()
-    files = fingerprint(named, data_dir, progress)
+    files = fingerprint(named, progress)
     hash_s = time.perf_counter() - start
-    key = prepared_key(files, config)
+    if check_files is not None:
+        check_files(files)
+    given = tokenizer
+    key = prepared_key(files, config, given)
     folder = data_dir / key[:16]
     src, tgt = paths["train"]
     if (folder / "manifest.json").is_file():
@@ -261,23 +260,31 @@ def prepare_data(config: RunConfig, data_dir: str | Path, workers: int = 0, log=
     workers = workers or default_workers(files["train_src"]["size"] + files["train_tgt"]["size"])
     tok = config.tokenizer
     lines = files["train_src"]["lines"] + files["train_tgt"]["lines"]
-    log(f"preparing data in {folder}: a shared {tok.model_type} tokenizer ({tok.vocab_size} pieces) from "
-        f"{min(lines, tok.sample_size):,} of the {lines:,} lines of {src.name} + {tgt.name}, then the ids of "
-        f"{files['train_src']['lines']:,} pairs with {workers} process{'es' if workers > 1 else ''}")
+    made = (f"the given tokenizer {given.model_path} ({given.vocab_size} pieces)" if given else
+            f"a shared {tok.model_type} tokenizer ({tok.vocab_size} pieces) from {min(lines, tok.sample_size):,} "
+            f"of the {lines:,} lines of {src.name} + {tgt.name}")
+    log(f"preparing data in {folder}: {made}, then the ids of {files['train_src']['lines']:,} pairs with "
+        f"{workers} process{'es' if workers > 1 else ''}")
     with _building(folder) as tmp:
         start = time.perf_counter()
-        tokenizer = Tokenizer.train([src, tgt], tmp / "tokenizer", vocab_size=tok.vocab_size,
-                                    model_type=tok.model_type, sample_size=tok.sample_size,
-                                    seed=TOKENIZER_SAMPLE_SEED, progress=progress)
+        if given is None:
+            tokenizer = Tokenizer.train([src, tgt], tmp / "tokenizer", vocab_size=tok.vocab_size,
+                                        model_type=tok.model_type, sample_size=tok.sample_size,
+                                        seed=TOKENIZER_SAMPLE_SEED, progress=progress)
+        else:
+            write_atomic(tmp / "tokenizer.model", given.model_path.read_bytes())
+            tokenizer = Tokenizer(tmp / "tokenizer.model")
+            tokenizer.write_vocab(tmp / "tokenizer.vocab")
         tokenizer_s = time.perf_counter() - start
         corpus = TokenizedCorpus.build(src, tgt, tokenizer, tmp, workers=workers,
                                        total_lines=files["train_src"]["lines"], progress=progress)
         encode_s = time.perf_counter() - start - tokenizer_s
         manifest = {
             "format": PREPARED_FORMAT, "key": key, "made_from": {k: files[k] for k in ("train_src", "train_tgt")},
-            "tokenizer": {"vocab_size": tok.vocab_size, "model_type": tok.model_type, "sample_size": tok.sample_size,
-                          "sample_seed": TOKENIZER_SAMPLE_SEED, "pieces": tokenizer.vocab_size,
-                          "sha256": tokenizer.model_hash},
+            "tokenizer": {"pieces": tokenizer.vocab_size, "sha256": tokenizer.model_hash,
+                          **({"given": str(given.model_path)} if given else
+                             {"vocab_size": tok.vocab_size, "model_type": tok.model_type,
+                              "sample_size": tok.sample_size, "sample_seed": TOKENIZER_SAMPLE_SEED})},
             "ids_dtype": corpus.meta["dtype"], "stats": corpus.meta["stats"], "workers": workers,
             "seconds": {"hash": hash_s, "tokenizer": tokenizer_s, "encode": encode_s},
             "created": time.strftime("%Y-%m-%d %H:%M:%S"), "host": socket.gethostname(),

@@ -34,6 +34,7 @@ import sentencepiece as spm
 from tqdm import tqdm
 
 from train.data.files import count_lines, iter_lines, write_atomic
+from train.data.progress import progress_bar
 from train.errors import InputError
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
@@ -74,6 +75,8 @@ def _progress_from_log(bar: tqdm):
 
     The C++ library logs to fd 2 directly; a pipe takes its place for the duration, and a
     thread turns its "merges=N" lines into bar positions (BPE; unigram training only shows time).
+    The bar itself must write to a copy of fd 2 made before (`_stderr_copy`), or it would be
+    swallowed by the pipe too (a bar that sat at 0% and jumped to 100%).
     """
     sys.stderr.flush()
     saved = os.dup(2)
@@ -85,7 +88,7 @@ def _progress_from_log(bar: tqdm):
         with os.fdopen(read_end, "rb") as log:
             for line in log:
                 if (found := _MERGES_IN_LOG.search(line)) and bar.total:
-                    bar.update(min(int(found.group(1)), bar.total) - bar.n)
+                    bar.update(max(min(int(found.group(1)), bar.total) - bar.n, 0))  # only forward
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
@@ -97,14 +100,22 @@ def _progress_from_log(bar: tqdm):
         reader.join()
 
 
+@contextlib.contextmanager
+def _stderr_copy():
+    """stderr as a text file on a copy of fd 2: what the bar writes to while fd 2 feeds the log pipe."""
+    sys.stderr.flush()
+    with os.fdopen(os.dup(2), "w", encoding="utf-8", errors="replace", buffering=1) as copy:
+        yield copy
+
+
 def _counted(sentences: Iterator[str], bar: tqdm, vocab_size: int, model_type: str) -> Iterator[str]:
     """The sentences, moving `bar`; once they run out, the bar turns to the training phase."""
     for sentence in sentences:
         bar.update()
         yield sentence
-    bar.reset(total=vocab_size if model_type == "bpe" else None)
     bar.unit = " pieces"
-    bar.set_description("tokenizer: BPE merges" if model_type == "bpe" else "tokenizer: unigram EM")
+    bar.set_description("tokenizer: BPE merges" if model_type == "bpe" else "tokenizer: unigram EM", refresh=False)
+    bar.reset(total=vocab_size if model_type == "bpe" else None)
 
 
 class Tokenizer:
@@ -140,7 +151,7 @@ class Tokenizer:
         cheap and the model is the same in every run. On a corpus too small for
         `vocab_size` the vocabulary is smaller; a warning says so and
         `clamped_from` keeps the requested size. `progress` shows bars (reading the
-        sample, then the merges or pruning) on stderr.
+        sample, then the merges or pruning) on stderr: drawn on a terminal, as lines in a log.
         """
         if model_type not in ("bpe", "unigram", "word"):
             raise InputError(f"tokenizer model_type must be 'bpe', 'unigram' or 'word', got {model_type!r}")
@@ -150,37 +161,40 @@ class Tokenizer:
         prefix.parent.mkdir(parents=True, exist_ok=True)
         sentences, total = _sample(list(texts_or_paths), sample_size, seed)
         spm.set_random_generator_seed(seed)  # nothing should draw from it; seeded all the same
-        bar = tqdm(total=min(total, sample_size), unit=" lines", desc="tokenizer: reading sample",
-                   dynamic_ncols=True, disable=not progress, file=sys.stderr)
         model = io.BytesIO()  # not model_prefix: the file would record its own path, and the
         try:                  # same text and settings would give a different model_hash
-            with _progress_from_log(bar) if progress else contextlib.nullcontext():
-                spm.SentencePieceTrainer.train(
-                    sentence_iterator=_counted(sentences, bar, vocab_size, model_type), model_writer=model,
-                    vocab_size=vocab_size, model_type=model_type,
-                    character_coverage=character_coverage,
-                    input_sentence_size=0, shuffle_input_sentence=False,  # the sample is ours (see above)
-                    hard_vocab_limit=False,  # small corpora: fewer pieces instead of an error
-                    pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
-                    minloglevel=0 if progress else 2)  # the log feeds the bar; else only errors
-            bar.update((bar.total or bar.n) - bar.n)  # done (the log counts merges, not the alphabet)
+            with contextlib.ExitStack() as stack:
+                bar = progress_bar(progress, file=stack.enter_context(_stderr_copy()) if progress else None,
+                                   total=min(total, sample_size), unit=" lines", desc="tokenizer: reading sample")
+                stack.callback(bar.close)
+                with _progress_from_log(bar) if progress else contextlib.nullcontext():
+                    spm.SentencePieceTrainer.train(
+                        sentence_iterator=_counted(sentences, bar, vocab_size, model_type), model_writer=model,
+                        vocab_size=vocab_size, model_type=model_type,
+                        character_coverage=character_coverage,
+                        input_sentence_size=0, shuffle_input_sentence=False,  # the sample is ours (see above)
+                        hard_vocab_limit=False,  # small corpora: fewer pieces instead of an error
+                        pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+                        minloglevel=0 if progress else 2)  # the log feeds the bar; else only errors
+                bar.update((bar.total or bar.n) - bar.n)  # done, once the log is read (it counts merges only)
         except RuntimeError as err:
             message = str(err).splitlines()[0] if str(err) else "unknown error"
             raise InputError(f"tokenizer training failed: {message}") from None
-        finally:
-            bar.close()
         model_path = prefix.with_name(prefix.name + ".model")
         write_atomic(model_path, model.getvalue())  # a kill mid-write must not leave a model to reuse
         tokenizer = cls(model_path)
-        sp = tokenizer.processor  # a readable `<prefix>.vocab` beside it: piece<TAB>score
-        vocab = "".join(f"{sp.id_to_piece(i)}\t{sp.get_score(i)}\n"
-                        for i in range(sp.get_piece_size()))
-        prefix.with_name(prefix.name + ".vocab").write_text(vocab, encoding="utf-8")
+        tokenizer.write_vocab(prefix.with_name(prefix.name + ".vocab"))
         if tokenizer.vocab_size < vocab_size:
             tokenizer.clamped_from = vocab_size
             warnings.warn(f"the training text only supports {tokenizer.vocab_size} subword pieces; "
                           f"vocab_size lowered from {vocab_size}", stacklevel=2)
         return tokenizer
+
+    def write_vocab(self, path: str | Path) -> None:
+        """The readable vocabulary beside the model: piece<TAB>score, one a line, by id."""
+        sp = self.processor
+        Path(path).write_text("".join(f"{sp.id_to_piece(i)}\t{sp.get_score(i)}\n" for i in range(sp.get_piece_size())),
+                              encoding="utf-8")
 
     @property
     def vocab_size(self) -> int:

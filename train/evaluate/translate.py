@@ -4,7 +4,10 @@ Steps: tokenize every line, sort by length (so a batch pads little), cut into
 batches within a source-token budget (batching.make_batches, as for training),
 decode each batch with beam search (beam 4, α = 0.6, at most input + 50 tokens,
 §6.1) or greedily (beam 1), detokenize, and put the outputs back in input order. An empty input line
-translates to an empty line, so output and input always pair up.
+translates to an empty line, so output and input always pair up: a line that is not
+UTF-8 gives an empty output line and a warning naming it, a line longer than the model's
+positions is cut to fit (and named), and every other line is translated. A file is
+translated a chunk of lines at a time, and each chunk's output is written as it is done.
 
 `translate_stream` does the same for a stream that a person or a program writes
 line by line (stdin): it waits for one line, takes whatever else has already
@@ -17,14 +20,19 @@ With `nbest` = K, each input line gets up to K lines `LINE<TAB>SCORE<TAB>TRANSLA
 Shapes: B sentences in a batch, S source length.
 """
 
+import gzip
 import queue
 import threading
+import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import minitensor as mt
 from train.data.batching import make_batches, pad_batch
 from train.errors import InputError
 from transformer.search import beam_search, beam_search_nbest, greedy_decode
+
+CHUNK_LINES = 2000  # a file is translated (sorted by length, batched) and written this many lines at a time
 
 
 def _decode_batches(model, sources: Sequence[Sequence[int]], decode: Callable, max_tokens: int,
@@ -75,13 +83,15 @@ def translate_ids_nbest(model, sources: Sequence[Sequence[int]], nbest: int, bea
 
 
 def _encode_lines(tokenizer, lines: Sequence[str], limit: int, where: str, first_line: int) -> tuple[list, list]:
-    """(indices of non-empty lines, their ids); a line longer than the model allows is an InputError."""
+    """(indices of non-empty lines, their ids); a line longer than the model's positions allow is cut to
+    fit, with a warning naming it: its output is the translation of its first `limit` tokens."""
     keep = [i for i, line in enumerate(lines) if line.strip()]
     ids = tokenizer.encode_batch([lines[i].strip() for i in keep])
-    for i, seq in zip(keep, ids):
+    for n, (i, seq) in enumerate(zip(keep, ids)):
         if len(seq) > limit:
-            raise InputError(f"{where}:{first_line + i}: {len(seq)} subword tokens, more than the model's "
-                             f"max_len - 1 = {limit}")
+            warnings.warn(f"{where}:{first_line + i}: {len(seq)} subword tokens, more than the model's max_len - 1 "
+                          f"= {limit}; its output line translates the first {limit} only", stacklevel=3)
+            ids[n] = seq[:limit]
     return keep, ids
 
 
@@ -91,8 +101,8 @@ def translate_lines(model, tokenizer, lines: Sequence[str], beam: int = 4, alpha
     """Translate sentences; returns one output line per input line, in order (with `nbest`: the n-best
     records of every input line, see the module docstring; an empty line gives one record with score 0).
 
-    Raises InputError when there is nothing to translate, or when a sentence is
-    longer than the model's positional table allows.
+    Raises InputError when there is nothing to translate. A sentence longer than the model's
+    positional table allows is cut to fit, with a warning naming its line.
     """
     if not lines:
         raise InputError(f"{where}: empty input, nothing to translate")
@@ -134,7 +144,8 @@ def translate_stream(model, tokenizer, read: Callable[[int], bytes], write: Call
     """Translate a byte stream line by line as it arrives; `write(text)` gets each batch's output lines.
 
     `read(n)` returns up to n bytes, b"" at the end (e.g. `lambda n: os.read(0, n)`). Returns the
-    number of lines read; an empty stream, or a line that is not UTF-8, is an InputError.
+    number of lines read; an empty stream is an InputError, a line that is not UTF-8 an empty output
+    line and a warning.
     `options` are translate_lines' (beam, alpha, max_len_b, max_tokens, nbest).
     """
     arrived: queue.Queue = queue.Queue()
@@ -160,11 +171,40 @@ def translate_stream(model, tokenizer, read: Callable[[int], bytes], write: Call
 
 
 def decode_line(raw: bytes, where: str, number: int) -> str:
-    """A raw line as text without its line end; a bad byte is an InputError naming the line."""
+    """A raw line as text without its line end; a line that is not UTF-8 is "" (its output line is
+    empty), with a warning naming it: one bad line costs that line, not the whole input."""
     try:
         return raw.decode("utf-8").rstrip("\r\n")
     except UnicodeDecodeError:
-        raise InputError(f"{where}:{number}: not valid UTF-8") from None
+        warnings.warn(f"{where}:{number}: not valid UTF-8; its output line is empty", stacklevel=2)
+        return ""
 
 
-__all__ = ["translate_ids", "translate_ids_nbest", "translate_lines", "translate_stream", "decode_line"]
+def read_source(path: Path) -> list[str]:
+    """The lines of a file to translate (`.gz` is decompressed), each through decode_line."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: file not found")
+    try:
+        with (gzip.open if path.name.endswith(".gz") else open)(path, "rb") as f:
+            return [decode_line(raw, str(path), number) for number, raw in enumerate(f, start=1)]
+    except (gzip.BadGzipFile, EOFError) as err:
+        raise InputError(f"{path}: not a readable gzip file ({err})") from None
+
+
+def translate_in_chunks(model, tokenizer, lines: Sequence[str], write: Callable[[str], None],
+                        chunk: int = CHUNK_LINES, **options) -> list[str]:
+    """translate_lines over `lines` a chunk at a time, `write`-ing each chunk's output lines as soon as they
+    are done (a killed or failed run keeps what it wrote); returns every output line."""
+    if not lines:
+        raise InputError(f"{options.get('where', 'input')}: empty input, nothing to translate")
+    outputs = []
+    for start in range(0, len(lines), chunk):
+        done = translate_lines(model, tokenizer, lines[start:start + chunk], first_line=start + 1, **options)
+        write("".join(line + "\n" for line in done))
+        outputs += done
+    return outputs
+
+
+__all__ = ["translate_ids", "translate_ids_nbest", "translate_lines", "translate_stream", "translate_in_chunks",
+           "decode_line", "read_source"]

@@ -20,7 +20,7 @@ it. An unfinished one resumes from its newest checkpoint (fit's resume), so the 
 command continues a grid after a kill, Ctrl-C or SIGTERM. A variant whose config equals
 an earlier one's (small bases round some sizes together) shares that run.
 
-Dev numbers are fit's final validation (train/run/loop.py `validate`): perplexity over the
+Dev numbers are fit's final validation (train/run/validation.py `validate`): perplexity over the
 whole dev split per subword token of our BPE (Table 3's is per word-piece: compare changes,
 not levels), and sacreBLEU on the first train.valid_bleu_sentences sentences.
 DEVIATION(§6.2): the paper decodes all of newstest2013 with beam 4, α 0.6; the grid decodes
@@ -162,7 +162,7 @@ def train_variant(variant: Variant, run_dir: Path, progress: bool) -> tuple[dict
 def _validate_final(result, config, run_dir: Path) -> dict:
     """The final validation of a run killed after its last checkpoint but before validating (fit returns
     at once then): run it on the restored weights and record it as fit would have."""
-    from train.run.loop import validate
+    from train.run.validation import validate
     from transformer.loss import LabelSmoothingLoss
 
     model = result.model

@@ -19,7 +19,9 @@ weights only, which is all that decoding and averaging (§6.1) read. A base mode
 checkpoint is then 250 MB instead of 750 MB, a big model's 850 MB instead of 2.6 GB.
 
 Both files are written atomically, the optimizer file first, so a weights file on disk
-has its optimizer file beside it until it is pruned. Resuming uses the newest checkpoint
+has its optimizer file beside it until it is pruned. A run's checkpoints are the ones its
+manifest lists (train/run/manifest.py): a file the user put there, whatever its name, is
+never resumed from, averaged or pruned. Resuming uses the newest checkpoint
 that has one; a newer weights-only checkpoint (its optimizer file lost or corrupt) is
 named, never silently used for an exact resume. A failed write (disk full) is an
 InputError that names the newest good checkpoint, which stays the newest.
@@ -27,6 +29,7 @@ InputError that names the newest good checkpoint, which stays the newest.
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,11 +37,13 @@ import numpy as np
 
 from train.data.tokenizer import Tokenizer
 from train.errors import InputError
+from train.run.manifest import Manifest
 from transformer.checkpoint import (OPTIMIZER_PREFIX, CheckpointError, average_checkpoints, checkpoint_path,
-                                   latest_valid_checkpoint, list_checkpoints, load_checkpoint, load_model,
-                                   load_weights, restore_optimizer, save_checkpoint, save_model)
+                                   is_weight, load_checkpoint, load_model, load_weights, newest_valid,
+                                   restore_optimizer, save_checkpoint, save_model)
 
 BEST_FILE = "best.safetensors"
+WEIGHTS = re.compile(r"ckpt_(\d{8})\.safetensors")  # transformer.checkpoint.checkpoint_path's names
 
 
 @dataclass
@@ -50,7 +55,7 @@ class Progress:
     batch_pos: int = 0  # next batch within this epoch's shuffled order
     tokens_seen: int = 0  # target tokens trained on
     elapsed_s: float = 0.0  # training wall time over all sessions
-    best_score: float | None = None  # best validation BLEU so far (or -loss when BLEU is off)
+    best_score: float | None = None  # best validation so far: its BLEU or -loss (train.best_metric)
     best_step: int = 0  # the step of best.safetensors
     bad_validations: int = 0  # validations since the best one (early stopping: train.patience)
 
@@ -69,6 +74,20 @@ class TrainState:
     progress: Progress = dataclasses.field(default_factory=Progress)
 
 
+def run_checkpoints(run_dir: Path) -> list[Path]:
+    """The run's checkpoints (weights files its manifest lists and that are there), oldest step first."""
+    manifest = Manifest.find(run_dir)
+    if manifest is None:
+        return []
+    names = [n for n in manifest.listed() if WEIGHTS.fullmatch(n) and (manifest.run_dir / n).is_file()]
+    return [manifest.run_dir / n for n in sorted(names)]
+
+
+def latest_valid(run_dir: Path) -> Path | None:
+    """The run's newest checkpoint that loads and verifies; corrupt ones are skipped with a warning."""
+    return newest_valid(run_checkpoints(run_dir))
+
+
 def optimizer_path(checkpoint: Path) -> Path:
     """ckpt_<step>.safetensors -> ckpt_<step>.optimizer.safetensors (Adam's state for that checkpoint)."""
     return checkpoint.with_name(checkpoint.name.removesuffix(".safetensors") + ".optimizer.safetensors")
@@ -84,49 +103,43 @@ def _metadata(state: TrainState) -> dict:
 
 def save(run_dir: Path, state: TrainState) -> Path:
     """Write ckpt_<step> (weights, and optimizer file) and prune to `train.keep_last` / `train.keep_last_full`."""
+    manifest = Manifest.load(run_dir)
     path = checkpoint_path(run_dir, state.progress.step)
     adam = {OPTIMIZER_PREFIX + k: np.asarray(v) for k, v in state.optimizer.state_dict().items()}
     try:  # atomic: a failed write leaves no ckpt_* file behind, and older ones are not pruned
-        save_checkpoint(optimizer_path(path), adam, {"step": state.progress.step, "weights": path.name})
-        save_model(path, state.model, metadata=_metadata(state))
+        with manifest.writing(optimizer_path(path).name) as side:
+            save_checkpoint(side, adam, {"step": state.progress.step, "weights": path.name})
+        with manifest.writing(path.name):
+            save_model(path, state.model, metadata=_metadata(state))
     except OSError as err:  # disk full, quota, the folder went read-only
-        optimizer_path(path).unlink(missing_ok=True)
-        good = latest_valid_checkpoint(run_dir)
+        manifest.remove(optimizer_path(path).name)
+        good = latest_valid(run_dir)
         kept = f"the newest good checkpoint is still {good.name}" if good else "no checkpoint was kept"
         raise InputError(f"{path}: cannot write the checkpoint ({err.strerror or err}); {kept}; "
                          f"free some space and run the same command again") from None
-    _prune(Path(run_dir), state.run_config.train.keep_last, state.run_config.train.keep_last_full)
+    _prune(manifest, state.run_config.train.keep_last, state.run_config.train.keep_last_full)
     return path
 
 
-def _prune(run_dir: Path, keep_last: int, keep_last_full: int) -> None:
-    checkpoints = list_checkpoints(run_dir)
+def _prune(manifest: Manifest, keep_last: int, keep_last_full: int) -> None:
+    """Delete the run's older checkpoints and optimizer files; only files the manifest lists, never another."""
+    checkpoints = run_checkpoints(manifest.run_dir)
     for old in checkpoints[:-keep_last]:
-        old.unlink()
+        manifest.remove(old.name)
     for old in checkpoints[:-keep_last_full]:
-        optimizer_path(old).unlink(missing_ok=True)
-    for side in run_dir.glob("ckpt_*.optimizer.safetensors"):  # a killed save's, without its weights
-        if not side.with_name(side.name.replace(".optimizer", "")).is_file():
-            side.unlink(missing_ok=True)
+        manifest.remove(optimizer_path(old).name)
+    for name in manifest.listed():  # a killed save's optimizer file, without its weights
+        weights = manifest.run_dir / name.replace(".optimizer", "")
+        if name.endswith(".optimizer.safetensors") and not weights.is_file():
+            manifest.remove(name)
 
 
 def save_best(run_dir: Path, state: TrainState, record: dict) -> Path:
     """best.safetensors: the weights (no optimizer state) of the best validation so far, and its scores."""
-    path = Path(run_dir) / BEST_FILE
-    save_model(path, state.model, metadata={"tokenizer_hash": state.tokenizer.model_hash, "valid": record,
-                                            "step": state.progress.step, "run_config": state.run_config.to_dict()})
+    with Manifest.load(run_dir).writing(BEST_FILE) as path:
+        save_model(path, state.model, metadata={"tokenizer_hash": state.tokenizer.model_hash, "valid": record,
+                                                "step": state.progress.step, "run_config": state.run_config.to_dict()})
     return path
-
-
-def latest(run_dir: Path) -> Path | None:
-    """The newest checkpoint that verifies (corrupt ones are skipped with a warning).
-
-    Also deletes the temporary files of writes that a killed run left half done
-    (ckpt_*.safetensors.tmp-<pid>); they never count as checkpoints.
-    """
-    for stale in Path(run_dir).glob("ckpt_*.safetensors.tmp-*"):
-        stale.unlink(missing_ok=True)
-    return latest_valid_checkpoint(run_dir)
 
 
 def has_optimizer_state(checkpoint: Path) -> bool:
@@ -144,10 +157,10 @@ def resume_point(run_dir: Path, reset_optimizer: bool, say=print) -> Path | None
     A newest checkpoint without optimizer state is never resumed from as if it were exact:
     an older full one is used and named, and if there is none, an InputError says what to do.
     """
-    newest = latest(run_dir)
+    newest = latest_valid(run_dir)
     if newest is None or reset_optimizer or has_optimizer_state(newest):
         return newest
-    full = next((p for p in reversed(list_checkpoints(run_dir)) if p.name < newest.name and has_optimizer_state(p)),
+    full = next((p for p in reversed(run_checkpoints(run_dir)) if p.name < newest.name and has_optimizer_state(p)),
                 None)
     if full is None:
         raise InputError(f"{newest}: no optimizer state to resume from (its {optimizer_path(newest).name} is missing "
@@ -198,6 +211,37 @@ def restore(path: Path, state: TrainState, reset_optimizer: bool = False) -> Non
     state.progress = Progress(**metadata["progress"])
 
 
+# TransformerConfig fields that fine-tuning may change: they are not in the weights.
+_NOT_ARCHITECTURE = ("p_drop", "attention_dropout", "eps_ls", "impl")
+
+
+def init_tokenizer(ckpt: Path) -> Tokenizer:
+    """`fit --init-from CKPT`: the tokenizer the checkpoint was trained with (tokenizer.model beside it)."""
+    ckpt = Path(ckpt)
+    if not ckpt.is_file():
+        raise InputError(f"{ckpt}: checkpoint not found (--init-from)")
+    path = ckpt.parent / "tokenizer.model"
+    if not path.is_file():
+        raise InputError(f"{path}: not found; --init-from needs the tokenizer its checkpoint was trained with, "
+                         f"beside the checkpoint")
+    tokenizer = Tokenizer(path)
+    _, metadata = load_checkpoint(ckpt, select=lambda name: False)  # the header (verified) only
+    _check_tokenizer(ckpt, metadata, tokenizer)
+    return tokenizer
+
+
+def init_weights(ckpt: Path, state: TrainState) -> None:
+    """Fine-tuning: `ckpt`'s weights in state.model (any model file of this tool: a checkpoint, best, an
+    average); Adam, the schedule and the data order start afresh. The architecture must be the same."""
+    tensors, metadata = load_checkpoint(ckpt, select=is_weight)
+    saved, mine = metadata.get("config", {}), state.model.config.to_dict()
+    differ = [k for k in mine if k not in _NOT_ARCHITECTURE and saved.get(k) != mine[k]]
+    if differ:
+        shown = ", ".join(f"model.{k} {saved.get(k)!r} (checkpoint) vs {mine[k]!r} (config)" for k in differ[:3])
+        raise InputError(f"{ckpt}: --init-from needs the checkpoint's architecture: {shown}")
+    load_weights(ckpt, tensors, state.model)
+
+
 def load_for_inference(ckpt: Path, tokenizer_path: Path | None = None, backend: str = "cpu"):
     """(model in eval mode, tokenizer) for decoding; the tokenizer defaults to the one beside the checkpoint."""
     ckpt = Path(ckpt)
@@ -230,24 +274,33 @@ def average_last(run_dir: Path, last: int | None = None, out: Path | None = None
     """Write the average of a run's last `last` checkpoints (weights only) to `out`; returns (out, their names).
 
     `last` defaults to the run's train.average_last (§6.1: 5 for base, 20 for big). Only the
-    weights files are read, never the optimizer state.
+    checkpoints the run's manifest lists are averaged, and only their weights files are read.
+    Inside the run directory the output is a file of the run's (never one of the user's).
     """
     run_dir = Path(run_dir)
+    manifest = Manifest.load(run_dir)
     if last is None:
         last = _run_average_last(run_dir)
     if last < 1:
         raise InputError(f"--last must be at least 1, got {last}")
-    paths = list_checkpoints(run_dir)
+    paths = run_checkpoints(run_dir)
     if len(paths) < last:
         raise InputError(f"{run_dir}: has {len(paths)} checkpoints, fewer than --last {last}")
     out = Path(out) if out is not None else run_dir / f"averaged_last{last}.safetensors"
+    inside = out.parent.resolve() == run_dir.resolve()
+    if inside:
+        manifest.refuse_if_foreign(out.name)
     if out.exists() and not force:
         raise InputError(f"{out}: exists; pass --force to overwrite or choose another --out")
     tensors, metadata = average_checkpoints(paths[-last:])
     weights = {k: v for k, v in tensors.items() if not k.startswith(OPTIMIZER_PREFIX)}
     metadata = {k: v for k, v in metadata.items() if k not in ("progress", "rng_state", "loss_scaler", "update")}
     metadata["averaged_from"] = [p.name for p in paths[-last:]]
-    save_checkpoint(out, weights, metadata)
+    if inside:
+        with manifest.writing(out.name):
+            save_checkpoint(out, weights, metadata)
+    else:
+        save_checkpoint(out, weights, metadata)
     return out, metadata["averaged_from"]
 
 

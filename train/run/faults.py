@@ -54,7 +54,7 @@ def raise_diverged(model, loss, step: int, run_dir: Path) -> None:
     culprit = next((name for name, p in model.named_parameters()
                     if p.grad is not None and not bool(xp.isfinite(p.grad).all())), None)
     where = f"first non-finite gradient in {culprit!r}" if culprit else "gradients are finite"
-    good = checkpointing.latest(run_dir)
+    good = checkpointing.latest_valid(run_dir)
     kept = f"the last good checkpoint is {good.name}" if good else "no checkpoint was written"
     raise DivergedError(f"step {step}: training diverged: loss is {float(loss)}, {where}; {kept}; "
                         f"lower train.lr_factor, raise train.warmup_steps or set train.clip_norm")

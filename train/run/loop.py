@@ -9,15 +9,16 @@ clip, and take one Adam step (β₁ 0.9, β₂ 0.98, ε 1e-9) at the rate of Eq.
 This file is the bookkeeping around it: data order, logging, validation,
 checkpoints, signals.
 
-The run directory holds the run: config.json (the resolved config), prepared.json
-(which prepared data it trains on: train/data/inputs.py; the data itself is shared, in
-`data_dir`), tokenizer.model, metrics.jsonl, ckpt_<step:08d>.safetensors (the last
-`keep_last`; train/run/checkpointing.py) and best.safetensors (the best validation BLEU
-so far). A checkpoint stores the weights, the Adam moments and step, the data position
-(epoch, batch) and the dropout RNG state, so that stopping at step N and running again
-continues exactly as if the run had never stopped. Nothing in an existing run directory
-is overwritten unless `force=True` (which starts the run over, deleting only this
-tool's files), and one process at a time trains in it (train/run/run_dir.py).
+The run directory holds the run: manifest.jsonl (every file listed below, with its sha256:
+train/run/manifest.py), config.json (the resolved config), prepared.json (which prepared data
+it trains on: train/run/run_data.py; the data itself is shared, in `data_dir`),
+tokenizer.model, metrics.jsonl, ckpt_<step:08d>.safetensors (the last `keep_last`;
+train/run/checkpointing.py) and best.safetensors (the best validation so far:
+train/run/validation.py). A checkpoint stores the weights, the Adam moments and step, the
+data position (epoch, batch) and the dropout RNG state, so that stopping at step N and running
+again continues exactly as if the run had never stopped. Nothing in a run directory is
+overwritten or deleted unless the manifest lists it (`force=True` starts the run over,
+deleting those files only), and one process at a time trains in it (train/run/run_dir.py).
 
 Many devices (README, "Many GPUs"): `fit(..., comm=)` trains data-parallel over the ranks
 of a train/distributed/communicators.py communicator; every rank takes its share of each update
@@ -28,7 +29,7 @@ write a checkpoint and return (FitResult.stopped says why); a non-finite loss
 or gradient in fp32 raises DivergedError before the optimizer step, so the
 newest checkpoint stays the last good one; an unwritable run directory is an
 InputError before anything is trained. With `train.patience` the run also stops
-after that many validations without a better BLEU (FitResult.stopped = "early stopping").
+after that many validations without a better `train.best_metric` (FitResult.stopped = "early stopping").
 
 Shapes: B pairs in a batch, S source length, T target length, V vocab.
 """
@@ -47,22 +48,21 @@ import minitensor as mt
 from minitensor.optim import Adam, NoamSchedule
 from train.config import RunConfig
 from train.data.batching import epoch_batches, shard
-from train.data.inputs import Prepared, corpus_batch, make_model_inputs, prepare, split_batches
+from train.data.inputs import Prepared, corpus_batch, default_data_dir, prepare
 from train.distributed.communicators import Silent, SingleProcess, agree, agree_on_signal, rank_zero_first
 from train.distributed.grad_sync import GradSync
 from train.errors import InputError
-from train.evaluate.scores import corpus_scores
-from train.evaluate.translate import translate_ids
-from train.run import checkpointing, ranks
-from train.run.checkpointing import Progress, TrainState
+from train.run import checkpointing, ranks, run_data
+from train.run.checkpointing import Progress, TrainState, run_checkpoints
 from train.run.faults import StopSignals, raise_diverged
 from train.run.loss_scaler import DynamicLossScaler
-from train.run.metrics import MetricsWriter, mfu, peak_tflops, train_flops
-from train.run.run_dir import RunLock, open_run_dir, start_run
+from train.run.manifest import Manifest
+from train.run.metrics import METRICS_FILE, MetricsWriter, mfu, peak_tflops, train_flops
+from train.run.run_dir import RunLock, check_run_dir, open_run, start_run
 from train.run.step import StepStats, train_step
 from train.run.tensorboard import LIVE_DIR, TensorBoardLog, summary_writer_class
+from train.run.validation import check_best_metric, run_validation
 from train.threads import cpu_threads
-from transformer.checkpoint import list_checkpoints
 from transformer.loss import LabelSmoothingLoss
 from transformer.model import Transformer
 
@@ -102,33 +102,6 @@ def _backend_name(run_config: RunConfig) -> str:
     return train.backend
 
 
-# ------------------------------------------------------------------ validation
-def validate(model, loss_fn, prepared: Prepared, run_config: RunConfig) -> dict:
-    """Validation loss and perplexity over the whole split, BLEU on its first sentences (greedy or beam)."""
-    split, train = prepared.valid, run_config.train
-    model.eval()
-    loss_sum = nll_sum = 0.0
-    n_tokens = 0
-    with mt.no_grad():
-        for batch in split_batches(split, train.max_tokens):
-            src, tgt_in, tgt_out = make_model_inputs([split.src_ids[i] for i in batch],
-                                                     [split.tgt_ids[i] for i in batch])
-            out = loss_fn(model(src, tgt_in), tgt_out)
-            loss_sum += float(out.loss.item()) * out.n_tokens
-            nll_sum += float(_raw(out.nll_sum))
-            n_tokens += out.n_tokens
-    model.train()
-    result = {"loss": loss_sum / n_tokens, "nll": nll_sum / n_tokens,
-              "ppl": math.exp(min(nll_sum / n_tokens, 50.0))}
-    n = min(train.valid_bleu_sentences, len(split.src_ids))
-    if n:
-        hyps = translate_ids(model, split.src_ids[:n], beam=train.valid_beam, alpha=run_config.decode.alpha,
-                             max_len_b=run_config.decode.max_len_b, max_tokens=run_config.decode.max_tokens)
-        scores = corpus_scores([prepared.tokenizer.decode(h) for h in hyps], split.tgt_text[:n])
-        result.update(bleu=scores.bleu, exact_match=scores.exact_match, bleu_sentences=n)
-    return result
-
-
 # ------------------------------------------------------------------ the loop
 def _next_batches(prepared: Prepared, progress: Progress, seed: int, count: int) -> list[np.ndarray]:
     """The next `count` batches in the epoch's shuffled order, advancing the progress (§5.1)."""
@@ -145,7 +118,7 @@ def _next_batches(prepared: Prepared, progress: Progress, seed: int, count: int)
 
 def fit(run_config: RunConfig, run_dir: str | Path, force: bool = False, reset_optimizer: bool = False,
         progress: bool = True, data_dir: str | Path | None = None, comm=None,
-        tensorboard: bool = False) -> FitResult:
+        tensorboard: bool = False, init_from: str | Path | None = None) -> FitResult:
     """Train `run_config` in `run_dir` to train.max_steps, resuming from the latest valid checkpoint.
 
     The prepared data lives in `data_dir` (default: `prepared/` beside the run directory).
@@ -155,6 +128,8 @@ def fit(run_config: RunConfig, run_dir: str | Path, force: bool = False, reset_o
     Rank 0 alone writes the run directory, logs, validates and checkpoints; the others read
     what it prepared and train their share of every update (README, "Many GPUs").
     `tensorboard`: also write every metric live to run_dir/tensorboard (train/run/tensorboard.py).
+    `init_from`: a new run starts from this model file's weights and tokenizer (fine-tuning); a run
+    that has a checkpoint resumes from it instead.
     """
     comm = SingleProcess() if comm is None else comm
     run_dir = Path(run_dir)
@@ -162,29 +137,37 @@ def fit(run_config: RunConfig, run_dir: str | Path, force: bool = False, reset_o
     main = comm.rank == 0                      # rank 0 alone owns the run directory
     if tensorboard and main:
         summary_writer_class()                 # a missing extra is said before anything is written
-    if main:
-        open_run_dir(run_dir)
-    with RunLock(run_dir) if main else contextlib.nullcontext():
-        resuming = start_run(run_config, run_dir, force) if main else None
+    adopt = check_run_dir(run_dir) if main else None
+    with RunLock(run_dir) if main else contextlib.nullcontext() as lock:
+        opened = start_run(run_config, open_run(run_dir, adopt), force) if main else None
+        if main:
+            lock.announce(opened[0])
         with cpu_threads(run_config.train.threads) as threads:
             if threads and main:
                 print(f"CPU threads: {', '.join(threads)}", flush=True)
-            return _train(run_config, run_dir, backend, resuming, reset_optimizer, progress, data_dir, comm,
-                          tensorboard)
+            return _train(run_config, run_dir, backend, opened, reset_optimizer, progress, data_dir, comm,
+                          tensorboard, init_from)
 
 
 def _start(run_config: RunConfig, run_dir: Path, backend: str, reset_optimizer: bool, say, progress: bool,
-           data_dir, comm) -> tuple[TrainState, Prepared, Path | None, str]:
+           data_dir, comm, init_from=None) -> tuple[TrainState, Prepared, Path | None, str]:
     """The model, optimizer (§5.3), schedule (Eq. (3)), update plan and data state, fresh or restored.
 
     Ranks other than 0 only check the run's record of its prepared data (they read, never write).
     """
     train = run_config.train
-    show_bars = progress and sys.stderr.isatty()
     resumed = checkpointing.resume_point(run_dir, reset_optimizer, say)
     plan, how = ranks.update_plan(train, comm.world_size, resumed)      # §5.1: the update over every rank
-    prepared = prepare(run_config, run_dir, plan.batch_tokens, data_dir, log=say, progress=show_bars,
-                       resuming=comm.rank != 0 or bool(list_checkpoints(run_dir)))
+    started = bool(run_checkpoints(run_dir))   # its data is the run's from the first checkpoint on
+    verify_data = comm.rank != 0
+    record = run_data.recorded(run_dir) if started or verify_data else None
+    init_from = None if started else init_from
+    prepared = prepare(run_config, Path(data_dir) if data_dir else default_data_dir(run_dir), plan.batch_tokens,
+                       check_files=run_data.check_same_data(run_dir, record), log=say, progress=progress,
+                       tokenizer=checkpointing.init_tokenizer(init_from) if init_from else None)
+    if not verify_data:
+        run_data.record_data(Manifest.load(run_dir), prepared.data, resuming=started)
+    check_best_metric(run_config, prepared)
     model_config = run_config.model.replace(vocab_size=prepared.tokenizer.vocab_size)
     rng = np.random.default_rng(train.seed)  # model init and every dropout mask (§5.4)
     model = Transformer(model_config, rng, backend=backend, precision=train.precision)
@@ -198,6 +181,10 @@ def _start(run_config: RunConfig, run_dir: Path, backend: str, reset_optimizer: 
         at = state.progress
         say(f"restored {resumed.name} (step {at.step}, epoch {at.epoch}, batch {at.batch_pos})"
             + ("; optimizer reset" if reset_optimizer else ""))
+    elif init_from is not None:
+        checkpointing.init_weights(init_from, state)
+        say(f"initialised from {init_from}: its weights and tokenizer (Adam, the schedule and the data order "
+            f"start afresh)")
     say(f"model: {model.num_parameters():,} parameters, vocab {model_config.vocab_size}, backend {backend}, "
         f"{model_config.impl} ops; {len(prepared.batches)} batches per epoch")
     return state, prepared, resumed, how
@@ -208,20 +195,24 @@ def logged_step(step: int, log_every: int) -> bool:
     return step % log_every == 0 or (step < log_every and step & (step - 1) == 0)
 
 
-def _train(run_config: RunConfig, run_dir: Path, backend: str, resuming: bool, reset_optimizer: bool,
-           progress: bool, data_dir, comm, tensorboard: bool) -> FitResult:
+def _train(run_config: RunConfig, run_dir: Path, backend: str, opened, reset_optimizer: bool,
+           progress: bool, data_dir, comm, tensorboard: bool, init_from) -> FitResult:
     train = run_config.train
     main = comm.rank == 0                      # rank 0 alone logs, validates and writes
     say = Logger(None) if main else Silent()
+    _, resuming, changes = opened if main else (None, None, {})
     say(f"{'resuming' if resuming else 'starting'} run {run_config.name!r} in {run_dir}")
+    if changes:
+        say("settings changed on resume, applied from the resumed step on: "
+            + ", ".join(f"{key} {old!r} -> {new!r}" for key, (old, new) in changes.items()))
     with rank_zero_first(comm):                # rank 0 prepares the data; the other ranks then read it
         state, prepared, resumed, how = _start(run_config, run_dir, backend, reset_optimizer, say, progress and main,
-                                               data_dir, comm)
+                                               data_dir, comm, init_from)
     sync = GradSync(state.optimizer, comm, train.bucket_mb)
     ranks.join(comm, state, resumed, sync, say, how)   # every rank agrees, then starts from rank 0's weights
     model, at = state.model, state.progress
     loss_fn = LabelSmoothingLoss(model.config.eps_ls, model.config.pad_id, model.config.impl)  # §5.4
-    result = FitResult(run_dir, model, state.tokenizer, prepared, at, list_checkpoints(run_dir))
+    result = FitResult(run_dir, model, state.tokenizer, prepared, at, run_checkpoints(run_dir))
     if at.step >= train.max_steps:
         say(f"already trained to step {at.step} (train.max_steps = {train.max_steps}); nothing to do")
         return result
@@ -231,11 +222,7 @@ def _train(run_config: RunConfig, run_dir: Path, backend: str, resuming: bool, r
             f"train.patience = {train.patience}); nothing to do")
         return result
 
-    live = TensorBoardLog(run_dir / LIVE_DIR, purge_step=at.step + 1, suffix=f".from-step-{at.step + 1}") \
-        if tensorboard and main else None
-    metrics = MetricsWriter(run_dir / "metrics.jsonl", mirror=live) if main else Silent()
-    if at.step > 0:
-        metrics.write("resume", at.step, checkpoint=resumed.name)
+    metrics = _open_logs(run_dir, at.step, resumed, changes, tensorboard) if main else Silent()
     device = "cpu" if model.backend.device == "cpu" else _gpu_name()
     peak, _ = peak_tflops(device, train.precision)
     bar = tqdm(total=train.max_steps, initial=at.step, unit="step", dynamic_ncols=True,
@@ -276,8 +263,8 @@ def _train(run_config: RunConfig, run_dir: Path, backend: str, resuming: bool, r
                 if (train.valid_every and at.step % train.valid_every == 0) or at.step == train.max_steps:
                     if main:
                         with comm.busy("validation"):   # the other ranks wait for it in `agree`
-                            result.last_valid = _run_validation(model, loss_fn, prepared, run_config, state,
-                                                                run_dir, metrics, say)
+                            result.last_valid = run_validation(model, loss_fn, prepared, run_config, state,
+                                                               run_dir, metrics, say)
                         early_stop = bool(train.patience) and at.bad_validations >= train.patience
                     early_stop = agree(comm, early_stop)   # rank 0 decides; every rank stops with it
                 stopping = agree_on_signal(comm, stop.received)   # all ranks stop after the same update
@@ -306,27 +293,27 @@ def _train(run_config: RunConfig, run_dir: Path, backend: str, resuming: bool, r
         bar.close()
         metrics.close()
     result.progress = state.progress
-    result.checkpoints = list_checkpoints(run_dir)
+    result.checkpoints = run_checkpoints(run_dir)
     return result
 
 
-def _run_validation(model, loss_fn, prepared, run_config, state: TrainState, run_dir: Path, metrics, say) -> dict:
-    """Validate, log, and keep best.safetensors and the early-stopping count up to date."""
-    at = state.progress
-    record = validate(model, loss_fn, prepared, run_config)
-    score = record["bleu"] if "bleu" in record else -record["loss"]  # BLEU decides; without it, the loss
-    improved = at.best_score is None or score > at.best_score
-    if improved:
-        at.best_score, at.best_step, at.bad_validations = score, at.step, 0
-        checkpointing.save_best(run_dir, state, record)
-    else:
-        at.bad_validations += 1
-    metrics.write("valid", at.step, best=improved, **record)
-    bleu = f", BLEU {record['bleu']:.2f} on {record['bleu_sentences']} sentences" if "bleu" in record else ""
-    best = " (best so far: best.safetensors)" if improved else f" (best: step {at.best_step})"
-    say(f"step {at.step:>7} | valid loss {record['loss']:.3f}, nll {record['nll']:.3f}, "
-        f"ppl {record['ppl']:.2f}{bleu}{best}")
-    return record
+def _open_logs(run_dir: Path, step: int, resumed: Path | None, changes: dict, tensorboard: bool) -> MetricsWriter:
+    """metrics.jsonl, mirrored live to TensorBoard with `tensorboard`, both listed in the run's manifest.
+
+    A session that starts where the log already has records (a resume, or a rerun after a kill
+    before the first checkpoint) writes a resume record first, so the steps it redoes replace the
+    earlier ones in read_metrics, plots and the export, as TensorBoard's purge_step hides them live.
+    """
+    manifest = Manifest.load(run_dir)
+    path = manifest.claim(METRICS_FILE, append=True)
+    earlier = path.is_file() and path.stat().st_size > 0
+    live = TensorBoardLog(run_dir / LIVE_DIR, purge_step=step + 1, suffix=f".from-step-{step + 1}",
+                          manifest=manifest) if tensorboard else None
+    metrics = MetricsWriter(path, mirror=live, manifest=manifest)
+    if earlier or changes:
+        metrics.write("resume", step, checkpoint=resumed.name if resumed else None,
+                      **({"changed": {k: list(v) for k, v in changes.items()}} if changes else {}))
+    return metrics
 
 
 def _flops(config, batches) -> float:

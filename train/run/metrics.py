@@ -34,17 +34,21 @@ PEAK_TFLOPS = {
 }
 
 
+METRICS_FILE = "metrics.jsonl"
+
+
 class MetricsWriter:
     """Append-only JSON-lines log; each `write` is flushed so a crash loses nothing.
 
-    `mirror` (a train.run.tensorboard.TensorBoardLog, say) is given every record too.
+    `mirror` (a train.run.tensorboard.TensorBoardLog, say) is given every record too. With the
+    run's `manifest` (train/run/manifest.py), the log is recorded there when it is closed.
     """
 
-    def __init__(self, path: str | Path, mirror=None):
+    def __init__(self, path: str | Path, mirror=None, manifest=None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.file = open(self.path, "a", encoding="utf-8")
-        self.mirror = mirror
+        self.mirror, self.manifest = mirror, manifest
 
     def write(self, kind: str, step: int, **values) -> dict:
         record = {"kind": kind, "step": int(step), "time": round(time.time(), 3), **values}
@@ -56,6 +60,8 @@ class MetricsWriter:
 
     def close(self) -> None:
         self.file.close()
+        if self.manifest is not None:
+            self.manifest.record(self.path.relative_to(self.manifest.run_dir).as_posix(), append=True)
         if self.mirror is not None:
             self.mirror.close()
 

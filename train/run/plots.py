@@ -10,6 +10,8 @@ matplotlib runs with the Agg backend (files only, no display needed).
 Shapes: H heads, T target length, S source length.
 """
 
+import contextlib
+import os
 from pathlib import Path
 
 import matplotlib
@@ -18,6 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
 import numpy as np  # noqa: E402
 
+from train.run.manifest import Manifest  # noqa: E402
 from train.run.metrics import read_metrics  # noqa: E402
 
 # (file stem, y label, [(kind, field, legend label)], log scale)
@@ -30,12 +33,25 @@ CURVES = (
 )
 
 
+def save_figure(fig, path: str | Path) -> Path:
+    """Write a figure atomically (temporary file, then rename) and close it; in a run directory, as one
+    of the run's files (listed in its manifest; a file of the user's is never replaced)."""
+    path = Path(path)
+    manifest = Manifest.find(path.parent.parent) if path.parent.name == "plots" else None
+    with manifest.writing(f"plots/{path.name}") if manifest else contextlib.nullcontext(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+        fig.savefig(tmp, dpi=100, format="png")
+        os.replace(tmp, path)
+    plt.close(fig)
+    return path
+
+
 def plot_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Path]:
-    """Write the curves of run_dir/metrics.jsonl as PNGs; returns the files written."""
+    """Write the curves of run_dir/metrics.jsonl as PNGs (default: run_dir/plots); returns the files written."""
     run_dir = Path(run_dir)
     records = read_metrics(run_dir / "metrics.jsonl")
     out = Path(out_dir) if out_dir is not None else run_dir / "plots"
-    out.mkdir(parents=True, exist_ok=True)
     written = []
     for stem, ylabel, series, log_scale in CURVES:
         lines = []
@@ -58,10 +74,7 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Pat
             ax.legend()
         ax.set_title(f"{run_dir.name}: {stem.replace('_', ' ')}")
         fig.tight_layout()
-        path = out / f"{stem}.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        written.append(path)
+        written.append(save_figure(fig, out / f"{stem}.png"))
     return written
 
 
@@ -89,11 +102,7 @@ def plot_attention(weights: np.ndarray, src_tokens: list[str], tgt_tokens: list[
         ax.set_title(f"head {head}", fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def attention_for_sentence(model, tokenizer, source: str, target: str, path: str | Path,

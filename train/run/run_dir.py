@@ -1,19 +1,25 @@
-"""The run directory: what makes a folder a run, what `--force` may delete, and one writer at a time.
+"""The run directory: what makes a folder a run (its manifest), what `--force` may delete, and one writer at a time.
 
-A run directory holds the files this tool writes there (`is_ours` lists them by name):
-config.json, prepared.json, metrics.jsonl, the tokenizer copy, checkpoints, best and
-averaged weights, test.hyp, plots/, tensorboard/, tensorboard-export/, run.lock. `fit` accepts a folder that
-does not exist, is empty, holds a run (our config.json) or only our files. Any other
-folder is refused, with or without `--force`: it is somebody's folder, not a run, and
-nothing in it is touched. `--force` starts a run over by deleting exactly our files;
-a notes file or a folder of the user's in a run directory stays.
+A run is what its manifest says (train/run/manifest.py): `manifest.jsonl` lists every file a
+command of this tool wrote in the folder, with its sha256, and only those files are ever
+averaged, pruned, overwritten or deleted. `fit` accepts a folder that does not exist, is empty,
+or holds a manifest. A folder with files but no manifest is not a run, whatever the files are
+called (`config.json`, `tokenizer.model`, ...): it is refused, with or without `--force`, its
+files named, nothing in it touched. `--force` starts a run over by deleting the files the
+manifest lists whose bytes are still the ones recorded, then writes a new manifest.
 
-One writer per run: `RunLock` holds an exclusive lock (flock) on run_dir/run.lock while
-a process trains, and writes its pid, host and start time into the file for the
-one-line error a second process gets. The operating system drops the lock when its
-process ends, however it ends (kill -9 included), so a lock left by a dead process is
-taken over by the next run without anyone deleting anything. The file itself stays (a
-lock file that is deleted can be locked twice), emptied when its holder is done.
+Runs made before manifests existed are adopted once, by the first `fit` that opens them,
+when the proof is there: config.json is a run config of this tool, the folder holds at least
+one checkpoint ckpt_<8 digits>.safetensors, and every checkpoint and optimizer file of that
+name loads, passes its sha256 checks and names its own step (and the run's tokenizer, when
+tokenizer.model is there). Then every file with a name this tool writes is listed; a file of
+any other name (`ckpt_30.safetensors`, `notes.txt`) stays the user's. Otherwise the folder is
+refused like any other, with the reason.
+
+One writer per run: `RunLock` holds an exclusive `flock` on the run directory itself for the
+run's life. The kernel drops it when the process ends, however it ends (kill -9 included), so
+the next run takes over a dead run's lock; and no file stands for the lock, so deleting one
+admits nobody. run.lock only tells the refused process who holds the lock (pid, host, start).
 """
 
 import datetime
@@ -28,25 +34,23 @@ from pathlib import Path
 
 from train import config as config_lib
 from train.config import RunConfig
-from train.data.files import write_atomic
 from train.errors import InputError
-from transformer.checkpoint import list_checkpoints
+from train.run.checkpointing import run_checkpoints
+from train.run.manifest import MANIFEST_FILE, Manifest, sha256_of
+from transformer.checkpoint import CheckpointError, load_checkpoint
 
 LOCK_FILE = "run.lock"
 CONFIG_FILE = "config.json"
-# Every file this tool writes in a run directory, by its path relative to the run directory.
-_OURS = re.compile(
-    r"(config\.json|prepared\.json|metrics\.jsonl|tokenizer\.(model|vocab)|test\.hyp|run\.lock|best\.safetensors"
-    r"|averaged_last\d+\.safetensors|ckpt_\d{8}(\.optimizer)?\.safetensors"
-    r"|plots/(loss|perplexity|lr|bleu|tokens_per_s|attention)\.png"
-    r"|tensorboard/events\.out\.tfevents\.\d+\.[^/]+|tensorboard-export/events\.out\.tfevents\.\d+\.[^/]+\.export)"
-    r"(\.tmp-\d+)?")  # the temporary of an atomic write (train.data.files.write_atomic, checkpoints)
+CHECKPOINT = re.compile(r"ckpt_(\d{8})(\.optimizer)?\.safetensors")
+# The files `fit` writes: an unlisted file of one of these names in a run stops `fit` before it starts.
+_FIT_NAMES = (r"config\.json|prepared\.json|metrics\.jsonl|tokenizer\.(model|vocab)|run\.lock|best\.safetensors"
+              r"|ckpt_\d{8}(\.optimizer)?\.safetensors")
+_FIT_WRITES = re.compile(_FIT_NAMES)
+# Every name this tool writes in a run directory (what a run made before manifests may hold).
+_OURS = re.compile(_FIT_NAMES + r"|test\.hyp|averaged_last\d+\.safetensors"
+                   r"|plots/(loss|perplexity|lr|bleu|tokens_per_s|attention)\.png"
+                   r"|(tensorboard|tensorboard-export)/events\.out\.tfevents\.\d+\.[^/]+")
 _OUR_FOLDERS = ("plots", "tensorboard", "tensorboard-export")
-
-
-def is_ours(relative: str) -> bool:
-    """True for a path (relative to the run directory, '/'-separated) that this tool writes."""
-    return _OURS.fullmatch(relative) is not None
 
 
 def _entries(run_dir: Path):
@@ -58,8 +62,13 @@ def _entries(run_dir: Path):
             yield entry.name + ("/" if entry.is_dir() and not entry.is_symlink() else "")
 
 
-def is_run(run_dir: Path) -> bool:
-    """A run directory: its config.json is a run config this tool wrote."""
+def _named(names: list[str], limit: int = 4) -> str:
+    shown = ", ".join(repr(n) for n in names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def is_run_config(run_dir: Path) -> bool:
+    """config.json is a run config this tool wrote (the sections of train.config.RunConfig)."""
     try:
         saved = json.loads((run_dir / CONFIG_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -67,61 +76,124 @@ def is_run(run_dir: Path) -> bool:
     return isinstance(saved, dict) and {"task", "tokenizer", "model", "train"} <= saved.keys()
 
 
-def open_run_dir(run_dir: Path) -> None:
-    """Create the run directory, or check that an existing one is a run (or holds only our files) and writable."""
-    if run_dir.is_dir() and not is_run(run_dir):
-        foreign = next((name for name in _entries(run_dir) if not is_ours(name)), None)
-        if foreign is not None:
-            raise InputError(f"{run_dir}: not a run directory (it holds {foreign!r}, which this tool did not "
-                             f"write) and nothing in it is changed; choose a new or empty --run-dir")
+# ------------------------------------------------------------------ a run, or not
+def check_run_dir(run_dir: Path) -> list[str] | None:
+    """Before the lock: create the folder, or check that it is a run; returns the files to adopt when it
+    is a run made before manifests (None otherwise). Anything else is an InputError that changes nothing."""
+    if run_dir.is_dir() and not (run_dir / MANIFEST_FILE).is_file():
+        names = list(_entries(run_dir))
+        if names:
+            return _adoptable(run_dir, names)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:  # a file in the way, a read-only or full file system
         raise InputError(f"{run_dir}: cannot create the run directory ({err.strerror or err})") from None
     if not os.access(run_dir, os.W_OK | os.X_OK):  # root passes this check: the writes below then decide
         raise InputError(f"{run_dir}: run directory is not writable; choose another --run-dir")
+    return None
 
 
-def remove_run_files(run_dir: Path) -> None:
-    """Delete the files this tool wrote (not run.lock, which the caller holds); nothing else."""
-    for name in list(_entries(run_dir)):
-        if is_ours(name) and name != LOCK_FILE and not name.endswith("/"):
-            (run_dir / name).unlink(missing_ok=True)
+def _adoptable(run_dir: Path, names: list[str]) -> list[str]:
+    """The files of a run made before manifests, or an InputError saying why the folder is not a run."""
+    ours = [n for n in names if _OURS.fullmatch(n)]
+    refusal = (f"{run_dir}: not a run directory (it holds {_named(ours or names)} but no {MANIFEST_FILE}, so "
+               f"nothing in it is provably this tool's) and nothing in it is changed; choose a new or empty --run-dir")
+    checkpoints = [n for n in ours if CHECKPOINT.fullmatch(n)]
+    if not is_run_config(run_dir) or not any(not n.endswith(".optimizer.safetensors") for n in checkpoints):
+        raise InputError(refusal)
+    tokenizer = run_dir / "tokenizer.model"
+    tokenizer_hash = sha256_of(tokenizer) if tokenizer.is_file() else None
+    for name in checkpoints:
+        step = int(CHECKPOINT.fullmatch(name).group(1))
+        try:
+            _, metadata = load_checkpoint(run_dir / name, verify=True)
+        except (CheckpointError, OSError) as err:
+            raise InputError(f"{refusal} (a run made before manifests is adopted only when every checkpoint "
+                             f"verifies: {err})") from None
+        saved_step = metadata.get("step", metadata.get("progress", {}).get("step"))
+        weights_tokenizer = metadata.get("tokenizer_hash", tokenizer_hash)
+        if saved_step != step or (tokenizer_hash and weights_tokenizer != tokenizer_hash):
+            raise InputError(f"{refusal} ({name} is not a checkpoint of this run: its step or tokenizer differs)")
+    return ours
+
+
+def open_run(run_dir: Path, adopt: list[str] | None) -> Manifest:
+    """With the lock held: the run's manifest (settled after a kill, made for a new run, or adopting an
+    old run's files), after checking that no file of the user's sits where `fit` writes."""
+    manifest = Manifest.find(run_dir)
+    if manifest is not None:
+        manifest.settle()
+    elif adopt:
+        manifest = Manifest.create(run_dir, adopted=True)
+        for name in adopt:
+            manifest.record(name, append=name == "metrics.jsonl" or name.startswith("tensorboard/"))
+        print(f"adopted {run_dir}, a run made before run manifests: {len(adopt)} files "
+              f"({_named(adopt, 3)}) are now listed in {MANIFEST_FILE}", flush=True)
+    else:
+        manifest = Manifest.create(run_dir)
+    listed = set(manifest.listed())
+    blocking = [n for n in _entries(run_dir) if _FIT_WRITES.fullmatch(n) and n not in listed]
+    if blocking:
+        raise InputError(f"{run_dir}: holds {_named(blocking)}, which this tool did not write (not in "
+                         f"{MANIFEST_FILE}) and would overwrite; nothing was changed; move them out of the run "
+                         f"directory")
+    return manifest
+
+
+def remove_run_files(manifest: Manifest) -> list[str]:
+    """Delete the files of ours the manifest lists; returns the listed ones left alone because their
+    bytes changed (a user's now). The lock is on the folder, not on run.lock, so that goes too."""
+    kept = []
+    for name in manifest.listed():
+        if not manifest.remove(name):
+            kept.append(name)
     for folder in _OUR_FOLDERS:
-        if (run_dir / folder).is_dir() and not any((run_dir / folder).iterdir()):
-            (run_dir / folder).rmdir()
+        path = manifest.run_dir / folder
+        if path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
+    return kept
 
 
-def start_run(run_config: RunConfig, run_dir: Path, force: bool) -> bool:
-    """Check the config against the run's and write it; returns True when resuming an existing run.
+def start_over(manifest: Manifest, say=print) -> Manifest:
+    """Delete the run's files and begin a new manifest (a new run id); a changed file of ours is kept and named."""
+    kept = remove_run_files(manifest)
+    if kept:
+        say(f"kept {_named(kept)}: changed since this tool wrote it, so it is yours now")
+    return Manifest.create(manifest.run_dir)
 
-    An existing run must have the same config (keys in config.RESUMABLE_KEYS may differ);
-    anything else is an InputError unless `force`, which deletes this tool's files first.
-    A run that never reached its first checkpoint holds nothing worth keeping, so a new
-    config simply starts it over. Call with the RunLock held.
+
+def start_run(run_config: RunConfig, manifest: Manifest, force: bool, say=print) -> tuple[Manifest, bool, dict]:
+    """Check the config against the run's and write it; returns (manifest, resuming, {changed key: (old, new)}).
+
+    An existing run must have the same config, except the keys in config.RESUMABLE_KEYS, whose
+    changes are returned (the caller logs them); anything else is an InputError unless `force`,
+    which starts over. A run that never reached its first checkpoint holds nothing worth keeping,
+    so a new config simply starts it over. Call with the RunLock held.
     """
-    saved = run_dir / CONFIG_FILE
+    saved = manifest.run_dir / CONFIG_FILE
     if force:
-        remove_run_files(run_dir)
-    resuming = saved.is_file()
+        manifest = start_over(manifest, say)
+    resuming, changes = manifest.owns(CONFIG_FILE), {}
+    new = run_config.to_dict()
     if resuming:
         old = json.loads(saved.read_text(encoding="utf-8"))
-        changed = [k for k in config_lib.diff(old, run_config.to_dict()) if k not in config_lib.RESUMABLE_KEYS]
-        if changed and not list_checkpoints(run_dir):
-            remove_run_files(run_dir)
+        changed = [k for k in config_lib.diff(old, new) if k not in config_lib.RESUMABLE_KEYS]
+        if changed and not run_checkpoints(manifest.run_dir):
+            manifest = start_over(manifest, say)
             resuming = False
         elif changed:
-            shown = ", ".join(f"{k} ({_lookup(old, k)!r} -> {_lookup(run_config.to_dict(), k)!r})"
-                              for k in changed[:3])
-            raise InputError(f"{saved}: this run was started with a different config: {shown}; "
-                             f"resume with the same settings, use another --run-dir, or --force to start over")
-    # Only keys in RESUMABLE_KEYS can differ here (e.g. a larger train.max_steps): record them.
-    if not resuming or json.loads(saved.read_text(encoding="utf-8")) != run_config.to_dict():
+            shown = ", ".join(f"{k} ({_lookup(old, k)!r} -> {_lookup(new, k)!r})" for k in changed[:3])
+            raise InputError(f"{saved}: this run was started with a different config: {shown}; resume with the same "
+                             f"settings (those that may change: README, 'Resuming'), use another --run-dir, "
+                             f"or --force to start over")
+        else:
+            changes = {k: (_lookup(old, k), _lookup(new, k)) for k in config_lib.diff(old, new)}
+    if not resuming or changes:
         try:
-            write_atomic(saved, (config_lib.to_json(run_config) + "\n").encode("utf-8"))
+            manifest.write_bytes(CONFIG_FILE, (config_lib.to_json(run_config) + "\n").encode("utf-8"))
         except OSError as err:
-            raise InputError(f"{run_dir}: cannot write to the run directory ({err.strerror or err})") from None
-    return resuming
+            raise InputError(f"{manifest.run_dir}: cannot write to the run directory ({err.strerror or err})") from None
+    return manifest, resuming, changes
 
 
 def _lookup(data: dict, dotted: str):
@@ -130,48 +202,53 @@ def _lookup(data: dict, dotted: str):
     return data
 
 
+# ------------------------------------------------------------------ one writer
 class RunLock:
-    """`with RunLock(run_dir):` one process at a time trains in run_dir (see the module docstring)."""
+    """`with RunLock(run_dir) as lock:` one process at a time trains in run_dir (see the module docstring)."""
 
     def __init__(self, run_dir: Path):
-        self.path = Path(run_dir) / LOCK_FILE
-        self.file = None
+        self.run_dir = Path(run_dir)
+        self.fd = None
+        self.manifest = None
 
     def __enter__(self) -> "RunLock":
         try:
-            self.file = os.fdopen(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644), "r+", encoding="utf-8")
+            self.fd = os.open(self.run_dir, os.O_RDONLY | os.O_DIRECTORY)
         except OSError as err:
-            raise InputError(f"{self.path}: cannot create the lock file ({err.strerror or err})") from None
+            raise InputError(f"{self.run_dir}: cannot open the run directory ({err.strerror or err})") from None
         try:
-            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)  # atomic; the kernel drops it when we die
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # atomic; the kernel drops it when we die
         except BlockingIOError:
-            holder = self.holder()
-            self.file.close()
-            raise InputError(f"{self.path.parent}: another process is training in this run directory ({holder}); "
+            os.close(self.fd)
+            raise InputError(f"{self.run_dir}: another process is training in this run directory ({self.holder()}); "
                              f"wait for it to finish, stop it, or use another --run-dir") from None
-        except OSError as err:
-            if err.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+        except OSError as err:  # NFS cannot flock a directory (EBADF), some file systems lock nothing
+            if err.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL, errno.EBADF):
                 raise
-            warnings.warn(f"{self.path}: this file system has no locks ({err.strerror}); make sure only one "
-                          f"process trains in {self.path.parent}", stacklevel=2)
-        since = datetime.datetime.now().isoformat(timespec="seconds")
-        self._write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": since}) + "\n")
+            warnings.warn(f"{self.run_dir}: this file system cannot lock the run directory ({err.strerror}); make "
+                          f"sure only one process trains in it", stacklevel=2)
         return self
 
-    def holder(self) -> str:
-        """Who holds the lock, in words, from the file's contents."""
-        try:
-            info = json.loads(self.path.read_text(encoding="utf-8"))
-            return f"pid {info['pid']} on host {info['host']}, since {info['since']}; see {self.path.name}"
-        except (OSError, ValueError, KeyError, TypeError):
-            return f"see {self.path.name}"
+    def announce(self, manifest: Manifest) -> None:
+        """Write who holds the lock into run.lock, for the message a second process gets."""
+        self.manifest = manifest
+        since = datetime.datetime.now().isoformat(timespec="seconds")
+        info = {"pid": os.getpid(), "host": socket.gethostname(), "since": since, "run_id": manifest.run_id}
+        manifest.write_bytes(LOCK_FILE, (json.dumps(info) + "\n").encode("utf-8"))
 
-    def _write(self, text: str) -> None:
-        self.file.seek(0)
-        self.file.truncate()
-        self.file.write(text)
-        self.file.flush()
+    def holder(self) -> str:
+        """Who holds the lock, in words, from run.lock."""
+        try:
+            info = json.loads((self.run_dir / LOCK_FILE).read_text(encoding="utf-8"))
+            return f"pid {info['pid']} on host {info['host']}, since {info['since']}; see {LOCK_FILE}"
+        except FileNotFoundError:
+            return f"who, is unknown: {LOCK_FILE} was deleted"
+        except (OSError, ValueError, KeyError, TypeError):
+            return f"see {LOCK_FILE}"
 
     def __exit__(self, *exc) -> None:
-        self._write("")  # still held: nobody reads a half-empty file as a holder
-        self.file.close()  # releases the lock
+        try:
+            if self.manifest is not None and self.manifest.owns(LOCK_FILE):
+                self.manifest.write_bytes(LOCK_FILE, b"")  # nobody reads a finished run as held
+        finally:
+            os.close(self.fd)  # releases the lock

@@ -15,11 +15,12 @@ were redone, as the plots do (train.run.metrics.read_metrics).
 from pathlib import Path
 
 from train.errors import InputError
-from train.run.metrics import read_metrics
+from train.run.manifest import Manifest
+from train.run.metrics import METRICS_FILE, read_metrics
 
 LIVE_DIR = "tensorboard"
 EXPORT_DIR = "tensorboard-export"
-EXPORT_SUFFIX = ".export"  # export files are ours to replace on the next export
+EXPORT_SUFFIX = ".export"
 _SKIPPED_FIELDS = ("step", "time")
 
 
@@ -43,11 +44,20 @@ class TensorBoardLog:
     """Metrics records written as TensorBoard scalars into one folder (one event file per session).
 
     The file is events.out.tfevents.<seconds>.<host><suffix>: give each session its own suffix,
-    or two sessions started in the same second share (and overwrite) one file.
+    or two sessions started in the same second share (and overwrite) one file. With a run's
+    `manifest` (train/run/manifest.py), the file is listed there as one of the run's.
     """
 
-    def __init__(self, logdir: str | Path, purge_step: int | None = None, suffix: str = ""):
+    def __init__(self, logdir: str | Path, purge_step: int | None = None, suffix: str = "", manifest=None):
+        logdir = Path(logdir)
+        before = set(logdir.glob("events.out.tfevents.*"))
         self.writer = summary_writer_class()(logdir=str(logdir), purge_step=purge_step, filename_suffix=suffix)
+        self.manifest, self.files = manifest, sorted(set(logdir.glob("events.out.tfevents.*")) - before)
+        self._record()
+
+    def _record(self) -> None:
+        for path in self.files if self.manifest is not None else ():
+            self.manifest.record(path.relative_to(self.manifest.run_dir).as_posix(), append=True)
 
     def write(self, record: dict) -> int:
         """Add the record's scalars; returns how many."""
@@ -58,22 +68,32 @@ class TensorBoardLog:
 
     def close(self) -> None:
         self.writer.close()
+        self._record()
 
 
 def export_run(run_dir: str | Path, out_dir: str | Path | None = None) -> tuple[Path, int]:
     """Write a run's metrics.jsonl as one event file in out_dir (default RUN_DIR/tensorboard-export).
 
-    Returns (the folder, the number of scalars). An earlier export's file there is replaced.
+    Returns (the folder, the number of scalars). In the run directory, the run's earlier export is
+    replaced (the files its manifest lists, no other); another `out_dir` must be new or empty.
     """
     run_dir = Path(run_dir)
-    metrics = run_dir / "metrics.jsonl"
+    metrics = run_dir / METRICS_FILE
     if not metrics.is_file():
         raise InputError(f"{run_dir}: no metrics.jsonl here; is it a run directory?")
-    out = Path(out_dir) if out_dir is not None else run_dir / EXPORT_DIR
     summary_writer_class()  # the extra is there before anything is replaced
-    for earlier in out.glob(f"events.out.tfevents.*{EXPORT_SUFFIX}"):  # ours, and made again from metrics.jsonl
-        earlier.unlink()
-    log, count = TensorBoardLog(out, suffix=EXPORT_SUFFIX), 0
+    manifest = None
+    if out_dir is None:
+        out, manifest = run_dir / EXPORT_DIR, Manifest.load(run_dir)
+        for name in manifest.listed():  # ours, and made again from metrics.jsonl
+            if name.startswith(EXPORT_DIR + "/"):
+                manifest.remove(name)
+    else:
+        out = Path(out_dir)
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise InputError(f"{out}: exists and is not an empty folder; choose a new or empty --out "
+                             f"(nothing in it is replaced)")
+    log, count = TensorBoardLog(out, suffix=EXPORT_SUFFIX, manifest=manifest), 0
     for record in read_metrics(metrics):
         if record.get("kind") != "resume":
             count += log.write(record)

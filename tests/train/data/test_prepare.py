@@ -192,7 +192,37 @@ def test_resume_refuses_changed_training_data_naming_it(tmp_path, number_files):
     assert record["files"]["train_src"]["sha256"] == hashlib.sha256(src.read_bytes()).hexdigest()
 
 
-def test_prepare_command_then_fit_reuses_it(tmp_path, number_files):
+def test_a_corpus_edit_is_refused_at_once_even_with_size_and_mtime_kept(tmp_path, number_files, monkeypatch):
+    """Failure 4 of issue 29: the refusal came only after a full re-prepare (~15 min at WMT size) and left a new
+    prepared folder behind; a same-size edit with the modification time restored was not caught at all."""
+    import train.data.store as store
+
+    paths, _ = number_files
+    src = tmp_path / "train.en"
+    src.write_bytes(paths["train"][0].read_bytes())
+    paths = dict(paths, train=(src, paths["train"][1]))
+    run_dir, data_dir = tmp_path / "run", tmp_path / "prepared"
+    quiet(fit, files_config(paths, "train.max_steps=2"), run_dir, progress=False)
+    folders = sorted(data_dir.iterdir())
+    stat = src.stat()
+    src.write_bytes(src.read_bytes().replace(b"one", b"two", 1))  # same size ...
+    os.utime(src, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # ... and the old modification time
+    assert (src.stat().st_size, src.stat().st_mtime_ns) == (stat.st_size, stat.st_mtime_ns)
+
+    def no_tokenizer_training(*args, **kwargs):
+        raise AssertionError("the data was prepared again before the refusal")
+    monkeypatch.setattr(store.Tokenizer, "train", no_tokenizer_training)
+    with pytest.raises(InputError, match=rf"the data changed since this run started: task.train_src {src} has other "
+                                         rf"contents"):
+        quiet(fit, files_config(paths, "train.max_steps=4"), run_dir, progress=False)
+    assert sorted(data_dir.iterdir()) == folders  # no new prepared folder, no build folder left
+
+
+def test_prepare_command_then_the_fit_command_it_prints_runs(tmp_path, number_files):
+    """The `fit` command that `prepare` printed could not run (it left out the corpus --sets); it is run here
+    exactly as printed (from a folder of its own: its run directory is runs/<config name> there)."""
+    import shlex
+
     paths, _ = number_files
     (src, tgt), (vsrc, vtgt) = paths["train"], paths["valid"]
     sets = [f"task.kind=files", f"task.train_src={src}", f"task.train_tgt={tgt}", f"task.valid_src={vsrc}",
@@ -205,8 +235,13 @@ def test_prepare_command_then_fit_reuses_it(tmp_path, number_files):
                               env=env, timeout=300)
     assert prepared.returncode == 0, prepared.stderr
     assert "prepared data:" in prepared.stdout and "400 (0 with an empty side skipped)" in prepared.stdout
-    fitted = subprocess.run([sys.executable, "-m", "train", "fit", "--config", str(config), "--run-dir",
-                             str(tmp_path / "run"), "--data-dir", str(tmp_path / "data"), "--no-progress", *args],
-                            capture_output=True, text=True, env=env, timeout=300)
+    printed = next(line for line in prepared.stdout.splitlines() if "train with" in line).split("train with", 1)[1]
+    command = shlex.split(printed)
+    assert command[:4] == ["python", "-m", "train", "fit"]
+    (tmp_path / "elsewhere").mkdir()
+    fitted = subprocess.run([sys.executable, *command[1:], "--no-progress"], capture_output=True, text=True,
+                            env=env, timeout=300, cwd=tmp_path / "elsewhere")
     assert fitted.returncode == 0, fitted.stderr
     assert "reusing prepared data" in fitted.stdout and "nothing to encode" in fitted.stdout
+    assert "done: step 1" in fitted.stdout
+    assert (tmp_path / "elsewhere" / "runs" / "demo" / "ckpt_00000001.safetensors").is_file()

@@ -141,3 +141,25 @@ def test_bad_arguments(tmp_path):
         Tokenizer.load(tmp_path / "nothing.model")
     with pytest.raises(InputError, match="file not found"):
         Tokenizer.train([Path(tmp_path / "nothing.txt")], tmp_path / "y", 100)
+
+
+def test_the_tokenizer_phase_shows_its_progress_in_a_log(task, tmp_path):
+    """The reported symptom: the merges bar sat at 0% for 33 s, then jumped to 100% (sentencepiece's log redirect
+    swallowed it), and a log file got minutes of silence. Run as a batch job would, stderr into a file, with a
+    progress line at every update: the merges must show up between 0% and 100%, and no raw sentencepiece log."""
+    text = tmp_path / "train.txt"
+    text.write_text("".join(f"{en}\n{de}\n" for en, de in task["train"]), encoding="utf-8")
+    code = ("import pathlib, sys; import train.data.progress as progress; progress.LOG_EVERY_S = 0.0; "
+            "from train.data.tokenizer import Tokenizer; "
+            f"Tokenizer.train([pathlib.Path({str(text)!r})], pathlib.Path({str(tmp_path / 'tok')!r}), "
+            "vocab_size=1000, progress=True)")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[3]))
+    with open(tmp_path / "log", "wb") as log:
+        done = subprocess.run([sys.executable, "-c", code], stdout=log, stderr=log, env=env, timeout=300)
+    lines = (tmp_path / "log").read_text(encoding="utf-8").splitlines()
+    assert done.returncode == 0, lines
+    merges = [line for line in lines if line.startswith("tokenizer: BPE merges:")]
+    percents = [int(line.split(":")[2].split("%")[0]) for line in merges]
+    assert any(0 < p < 100 for p in percents) and percents[-1] == 100, lines
+    assert percents == sorted(percents), "the bar never goes back"
+    assert not any("trainer_interface" in line or "LOG(INFO)" in line for line in lines), "sentencepiece's own log"

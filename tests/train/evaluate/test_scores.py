@@ -1,13 +1,14 @@
 """train/evaluate/scores.py: sacreBLEU main score, paper-comparable BLEU by the Moses recipe (§6.1), exact match."""
 
 import math
+import sys
 from collections import Counter
 
 import pytest
 import sacrebleu
 
 from train.evaluate.scores import (Scores, corpus_scores, exact_match, moses_tokenizer, paper_bleu, paper_tokenize,
-                            split_compounds)
+                                   replace_unicode_punctuation, split_compounds)
 
 # Hyphenated German, the case where compound splitting matters.
 HYPS_DE = [
@@ -200,3 +201,81 @@ def test_moses_differs_from_13a_where_the_recipe_says():
     for line in ("Die Preise stiegen um 3-4 Prozent.", 'Er sagte: "Nein".', "Ben & Jerry's"):
         assert split_compounds(Tokenizer13a()(line)) != paper_tokenize(line)
     assert moses_tokenizer("de").tokenize("nach Gate 24.", return_str=True) == "nach Gate 24 ."
+
+
+# ------------------------------------------------------------------ the two recipes: 2017's and today's
+# Hypotheses with unicode punctuation, where today's get_ende_bleu.sh differs: it runs Moses
+# scripts/tokenizer/replace-unicode-punctuation.perl (@14d2a67) on the hypotheses first. The expected
+# strings and scores are the scripts' output (replace-unicode-punctuation.perl -l de; tokenizer.perl -l de;
+# the ##AT## split; multi-bleu.perl), run once with perl on MOSES_HYPS + UNICODE_HYPS against
+# MOSES_REFS + UNICODE_REFS, as get_ende_bleu.sh runs them.
+UNICODE_HYPS = [
+    "„Wir schaffen das“, sagte sie… und ging’s an.",
+    "Das kostet ５０％ mehr（ungefähr）！",
+    "Er fragte：„Warum？“ – keine Antwort。 Dann ging er．Schluss",
+    "【Eilmeldung】 Börse fällt ～ 3 Prozent; Händler „entsetzt“.",
+    "Sie sagte: “Nein, danke”, und lächelte.",
+    "〈b〉fett〈/b〉 und 「Zitat」 im Text、 oder；so",
+]
+UNICODE_REFS = [
+    "„Wir schaffen das“, sagte sie... und ging's an.",
+    "Das kostet 50% mehr (ungefähr)!",
+    "Er fragte: „Warum?“ - keine Antwort. Dann ging er. Schluss",
+    "[Eilmeldung] Börse fällt ~ 3 Prozent; Händler „entsetzt“.",
+    'Sie sagte: "Nein, danke", und lächelte.',
+    '<b>fett</b> und "Zitat" im Text, oder;so',
+]
+PERL_REPLACED = [  # replace-unicode-punctuation.perl -l de < UNICODE_HYPS
+    '„Wir schaffen das", sagte sie... und ging\'s an.',
+    "Das kostet 50% mehr(ungefähr)!",
+    'Er fragte:„Warum?" – keine Antwort. Dann ging er. Schluss',
+    '[Eilmeldung] Börse fällt ~ 3 Prozent; Händler „entsetzt".',
+    'Sie sagte: "Nein, danke", und lächelte.',
+    '<b>fett</b> und "Zitat" im Text, oder;so',
+]
+PERL_CURRENT_TOKENIZED = [  # ... | tokenizer.perl -l de | the ##AT## split
+    "„ Wir schaffen das &quot; , sagte sie ... und ging &apos; s an .",
+    "Das kostet 50 % mehr ( ungefähr ) !",
+    "Er fragte : „ Warum ? &quot; – keine Antwort . Dann ging er . Schluss",
+    "&#91; Eilmeldung &#93; Börse fällt ~ 3 Prozent ; Händler „ entsetzt &quot; .",
+    "Sie sagte : &quot; Nein , danke &quot; , und lächelte .",
+    "&lt; b &gt; fett &lt; / b &gt; und &quot; Zitat &quot; im Text , oder ; so",
+]
+# multi-bleu.perl on MOSES_HYPS + UNICODE_HYPS:
+# paper-2017:    BLEU = 63.58, 86.5/71.2/59.6/51.6 (BP=0.964, ratio=0.964, hyp_len=244, ref_len=253)
+# paper-current: BLEU = 80.15, 94.7/87.2/79.8/72.6 (BP=0.964, ratio=0.964, hyp_len=244, ref_len=253)
+PERL_RECIPES = {"paper-2017": 63.58, "paper-current": 80.15}
+
+
+def test_replace_unicode_punctuation_equals_the_perl_script():
+    assert [replace_unicode_punctuation(line) for line in UNICODE_HYPS] == PERL_REPLACED
+    assert [paper_tokenize(line) for line in PERL_REPLACED] == PERL_CURRENT_TOKENIZED
+
+
+@pytest.mark.parametrize("recipe", sorted(PERL_RECIPES))
+def test_each_paper_recipe_equals_its_perl_pipeline(recipe):
+    hyps, refs = MOSES_HYPS + UNICODE_HYPS, MOSES_REFS + UNICODE_REFS
+    assert round(paper_bleu(hyps, refs, recipe), 2) == PERL_RECIPES[recipe]
+    assert round(paper_bleu(MOSES_HYPS, MOSES_REFS, "paper-2017"), 2) == PERL_BLEU  # the default, unchanged
+    scores = corpus_scores(hyps, refs, paper=recipe)
+    assert scores.paper_recipe == recipe and f"paper BLEU  {scores.paper_bleu:6.2f}  {recipe}: " in scores.format()
+
+
+def test_paper_bleu_defaults_to_the_2017_recipe_and_names_it():
+    scores = corpus_scores(MOSES_HYPS, MOSES_REFS)
+    assert scores.paper_recipe == "paper-2017" and round(scores.paper_bleu, 2) == PERL_BLEU
+    assert "paper-2017: get_ende_bleu.sh as the paper used it" in scores.format()
+    with pytest.raises(ValueError, match="unknown paper BLEU recipe"):
+        paper_bleu(MOSES_HYPS, MOSES_REFS, "paper-1999")
+
+
+def test_without_sacremoses_paper_bleu_is_unavailable_and_the_rest_is_scored(monkeypatch):
+    """Issue 26: the GPU image had no sacremoses and every validation crashed in paper_bleu."""
+    monkeypatch.setitem(sys.modules, "sacremoses", None)  # `import sacremoses` now fails
+    with pytest.raises(ImportError):
+        paper_bleu(HYPS_DE, REFS_DE)
+    scores = corpus_scores(HYPS_DE, REFS_DE)
+    assert scores.paper_bleu is None and scores.bleu == corpus_scores(HYPS_DE, REFS_DE, paper=None).bleu > 0
+    lines = [line for line in scores.format().splitlines() if line.startswith("paper BLEU")]
+    assert lines == ["paper BLEU     n/a  paper-2017: not available: it needs sacremoses, Moses' tokenizer "
+                     "(pip install sacremoses)"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from train.evaluate.translate import translate_lines, translate_stream
+from train.evaluate.translate import translate_in_chunks, translate_lines, translate_stream
 from transformer.checkpoint import save_model
 from transformer.config import TransformerConfig
 from transformer.model import Transformer
@@ -43,11 +43,50 @@ def cli(*args, stdin: bytes = b"") -> subprocess.CompletedProcess:
 
 
 def test_translate_non_utf8_and_empty_stdin(run):
-    ckpt, _, _ = run
-    for stdin, message in ((b"ok\n\xfe\n", b"error: <stdin>:2: not valid UTF-8"),
-                           (b"", b"error: <stdin>: empty input, nothing to translate")):
-        done = cli("--ckpt", str(ckpt), stdin=stdin)
-        assert done.returncode == 2 and done.stderr.strip().splitlines() == [message], done.stderr.decode()
+    ckpt, model, tokenizer = run
+    done = cli("--ckpt", str(ckpt), "--beam", "1", stdin=b"w1 w2\n\xfe\nw3\n")
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stderr.decode().splitlines() == ["warning: <stdin>:2: not valid UTF-8; its output line is empty"]
+    assert done.stdout.decode().splitlines() == translate_lines(model, tokenizer, ["w1 w2", "", "w3"], beam=1)
+    done = cli("--ckpt", str(ckpt), stdin=b"")
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        b"error: <stdin>: empty input, nothing to translate"], done.stderr.decode()
+
+
+def test_a_bad_line_costs_that_line_only(run, tmp_path):
+    """The reported loss: one invalid-UTF-8 line or one 6,695-subword line aborted a whole translate with
+    nothing written. Now each gives a warning naming its line; every other line is translated."""
+    ckpt, model, tokenizer = run
+    limit = model.config.max_len - 1
+    too_long = " ".join(f"w{i % 200}" for i in range(3 * limit))
+    assert len(tokenizer.encode(too_long)) > limit
+    source, out = tmp_path / "in.txt", tmp_path / "out.txt"
+    source.write_bytes(b"w1 w2 w3\nw4 \xff w5\n" + too_long.encode() + b"\n\nw7 w8\n")
+    done = cli("--ckpt", str(ckpt), "--input", str(source), "--output", str(out), "--beam", "1")
+    assert done.returncode == 0, done.stderr.decode()
+    warnings_seen = done.stderr.decode().splitlines()
+    assert warnings_seen[0] == f"warning: {source}:2: not valid UTF-8; its output line is empty"
+    assert warnings_seen[1].startswith(f"warning: {source}:3: {len(tokenizer.encode(too_long))} subword tokens, "
+                                       f"more than the model's max_len - 1 = {limit}; its output line translates "
+                                       f"the first {limit} only")
+    cut = tokenizer.processor.decode(tokenizer.encode(too_long)[:limit])
+    expected = translate_lines(model, tokenizer, ["w1 w2 w3", "", cut, "", "w7 w8"], beam=1)
+    assert out.read_text(encoding="utf-8").splitlines() == expected and len(expected) == 5
+    evaluated = subprocess.run([sys.executable, "-m", "train", "evaluate", "--ckpt", str(ckpt), "--src", str(source),
+                                "--ref", str(out), "--beam", "1", "--out", str(tmp_path / "hyp.txt")],
+                               capture_output=True, cwd=ROOT, env=ENV, timeout=300)
+    assert evaluated.returncode == 0, evaluated.stderr.decode()
+    assert (tmp_path / "hyp.txt").read_text(encoding="utf-8").splitlines() == expected
+    assert "exact match 100.00 %" in evaluated.stdout.decode()  # the references are these very translations
+
+
+def test_output_is_written_as_it_is_produced(run):
+    _, model, tokenizer = run
+    lines = [f"w{i} w{i + 1}" for i in range(7)]
+    writes = []
+    outputs = translate_in_chunks(model, tokenizer, lines, writes.append, chunk=3, beam=1)
+    assert [w.count("\n") for w in writes] == [3, 3, 1]  # each chunk's lines as soon as they are done
+    assert "".join(writes).splitlines() == outputs == translate_lines(model, tokenizer, lines, beam=1)
 
 
 def test_input_and_output_files_never_overwrite_without_force(run, tmp_path):

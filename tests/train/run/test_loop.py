@@ -17,7 +17,7 @@ from train.run import checkpointing
 from train.run.loop import fit
 from train.run.loss_scaler import DynamicLossScaler, LossScaleOverflowError
 from train.run.metrics import MetricsWriter, forward_flops, read_metrics
-from train.run.run_dir import is_ours
+from train.run.manifest import MANIFEST_FILE, Manifest
 from transformer.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
 from transformer.config import TransformerConfig
 from transformer.model import Transformer
@@ -114,8 +114,9 @@ def test_run_dir_contents(straight_run):
     run_dir, result = straight_run
     names = {p.name for p in run_dir.iterdir()}
     assert {"config.json", "metrics.jsonl", "tokenizer.model", "prepared.json", "best.safetensors",
-            "run.lock"} <= names
-    assert all(is_ours(name) for name in names), names  # --force may delete all of them, and only them
+            "run.lock", MANIFEST_FILE} <= names
+    manifest = Manifest.load(run_dir)  # every file is listed with the hash of its bytes: --force may delete them
+    assert set(manifest.listed()) == names - {MANIFEST_FILE} and all(manifest.owns(n) for n in manifest.listed())
     record = json.loads((run_dir / "prepared.json").read_text())
     assert record["data"].startswith(str(run_dir.parent / "prepared"))  # shared data, beside the runs
     assert record["files"]["train_src"]["sha256"] == hashlib.sha256(
@@ -141,8 +142,9 @@ def test_keep_last_prunes_old_checkpoints(tmp_path):
 
 
 def mtimes(run_dir) -> dict:
-    """Modification times of the run's files, except the lock (every start takes it)."""
-    return {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir() if p.name != "run.lock"}
+    """Modification times of the run's files, except the lock's holder (every start writes it) and the
+    manifest (which records that)."""
+    return {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir() if p.name not in ("run.lock", MANIFEST_FILE)}
 
 
 def test_finished_run_is_not_touched(straight_run):
@@ -226,18 +228,18 @@ def test_average_reads_weights_only_and_defaults_to_the_runs_average_last(straig
     out, names = checkpointing.average_last(copy)  # train.average_last = 2 in this run's config.json
     assert out == copy / "averaged_last2.safetensors"
     assert names == ["ckpt_00000009.safetensors", "ckpt_00000012.safetensors"]
-    with pytest.raises(InputError, match="no run config.*pass --last K"):
+    with pytest.raises(InputError, match="nothing: not a run directory of this tool"):
         checkpointing.average_last(tmp_path / "nothing")
 
 
 def test_early_stopping_and_best_checkpoint_by_validation_bleu(tmp_path, monkeypatch, capsys):
-    import train.run.loop as loop_module
+    import train.run.validation as validation_module
 
     bleus = iter([1.0, 3.0, 2.0, 2.5, 9.0])  # best at the 2nd validation, then 2 without improvement
-    monkeypatch.setattr(loop_module, "validate", lambda *args: {"loss": 1.0, "nll": 1.0, "ppl": 2.7, "exact_match": 0.0,
-                                                                "bleu": next(bleus), "bleu_sentences": 4})
+    monkeypatch.setattr(validation_module, "validate", lambda *args: {
+        "loss": 1.0, "nll": 1.0, "ppl": 2.7, "exact_match": 0.0, "bleu": next(bleus), "bleu_sentences": 4})
     config = tiny_config("train.max_steps=10", "train.valid_every=1", "train.ckpt_every=1", "train.keep_last=10",
-                         "train.patience=2")
+                         "train.patience=2", "train.best_metric=bleu", "train.valid_bleu_sentences=8")
     result = quiet_fit(config, tmp_path)
     assert result.stopped == "early stopping" and result.progress.step == 4
     assert (result.progress.best_step, result.progress.best_score, result.progress.bad_validations) == (2, 3.0, 2)
@@ -251,6 +253,23 @@ def test_early_stopping_and_best_checkpoint_by_validation_bleu(tmp_path, monkeyp
     again = quiet_fit(config, tmp_path)  # the same command again: the run has ended
     assert again.stopped == "early stopping" and again.progress.step == 4
     assert "already stopped early at step 4" in capsys.readouterr().out
+
+
+def test_best_and_early_stopping_judge_dev_loss_by_default_and_bleu_only_on_500_sentences(tmp_path, monkeypatch):
+    """Issue 29: early stopping judged BLEU on 20 sentences. By default the dev loss decides (every dev
+    sentence); BLEU may decide only over a sample of at least 500 sentences (or the whole, smaller, dev set)."""
+    import train.run.validation as validation_module
+
+    records = iter([(2.0, 9.0), (1.0, 1.0), (1.5, 30.0), (1.2, 40.0)])  # (loss, BLEU): BLEU would pick the last
+    monkeypatch.setattr(validation_module, "validate", lambda *args: dict(
+        zip(("loss", "bleu"), next(records)), nll=1.0, ppl=2.7, exact_match=0.0, bleu_sentences=8))
+    result = quiet_fit(tiny_config("train.max_steps=10", "train.valid_every=1", "train.patience=2"), tmp_path)
+    assert result.stopped == "early stopping" and (result.progress.step, result.progress.best_step) == (4, 2)
+    assert load_checkpoint(tmp_path / "best.safetensors")[1]["valid"]["loss"] == 1.0
+    with pytest.raises(InputError, match=r"train.best_metric = 'bleu' needs BLEU on at least 500 dev sentences, "
+                                         r"but train.valid_bleu_sentences = 20"):
+        quiet_fit(tiny_config("task.n_valid=600", "train.best_metric=bleu", "train.valid_bleu_sentences=20"),
+                  tmp_path / "bleu")
 
 
 def test_first_steps_are_logged_before_log_every():

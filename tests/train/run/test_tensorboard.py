@@ -8,6 +8,7 @@ from train import config as config_lib
 from train.config import RunConfig
 from train.errors import InputError
 from train.run.loop import fit
+from train.run.manifest import Manifest
 from train.run.metrics import MetricsWriter, read_metrics
 from train.run.tensorboard import LIVE_DIR, TensorBoardLog, export_run, scalars_of
 
@@ -79,7 +80,8 @@ def test_a_redone_step_shows_once_with_its_new_value(tmp_path):
 
 def test_export_writes_every_scalar_and_replaces_its_earlier_file(tmp_path):
     pytest.importorskip("tensorboardX")
-    with MetricsWriter(tmp_path / "metrics.jsonl") as metrics:
+    manifest = Manifest.create(tmp_path)  # a run: its earlier export is listed, so it may be replaced
+    with MetricsWriter(manifest.claim("metrics.jsonl", append=True), manifest=manifest) as metrics:
         metrics.write("train", 1, loss=5.5, lr=1e-4, grad_norm=None, epoch=0)
         metrics.write("train", 2, loss=5.0, lr=2e-4, grad_norm=1.5, epoch=0)
         metrics.write("valid", 2, loss=4.0, bleu=12.25, best=True)
@@ -117,3 +119,39 @@ def test_a_missing_extra_is_one_line_before_anything_is_written(tmp_path, monkey
     with pytest.raises(InputError, match=r'need tensorboardX: pip install -e "\.\[tb\]"'):
         quiet_fit(config, tmp_path / "run", tensorboard=True)
     assert not (tmp_path / "run").exists()
+
+
+def test_a_kill_before_the_first_checkpoint_leaves_no_duplicated_step(tmp_path):
+    """Issue 29: after a kill before the first checkpoint the rerun starts from step 0 again, and step 1 showed
+    twice in the export (and live). A rerun that finds earlier records writes a resume record at step 0."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from cli_helpers import ENV, ROOT
+
+    pytest.importorskip("tensorboardX")
+    run_dir, log = tmp_path / "run", tmp_path / "log"
+    sets = [arg for item in TINY + ["train.ckpt_every=1000", "train.valid_every=0"] for arg in ("--set", item)]
+    command = [sys.executable, "-m", "train", "fit", "--config", str(ROOT / "configs" / "demo.toml"), "--run-dir",
+               str(run_dir), "--no-progress", "--tensorboard", *sets]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([*command, "--set", "train.max_steps=100000"], stdout=out, stderr=subprocess.STDOUT,
+                                cwd=ROOT, env=ENV)
+        try:
+            end = time.monotonic() + 120
+            while b"step       2 |" not in log.read_bytes() and time.monotonic() < end and proc.poll() is None:
+                time.sleep(0.01)
+            proc.send_signal(signal.SIGKILL)
+        finally:
+            proc.kill()
+            proc.wait()
+    assert not list(run_dir.glob("ckpt_*")), "killed after the first checkpoint: not the case under test"
+    done = subprocess.run([*command, "--set", "train.max_steps=3"], capture_output=True, cwd=ROOT, env=ENV, timeout=300)
+    assert done.returncode == 0, done.stderr.decode()
+    want = metrics_scalars(run_dir / "metrics.jsonl")
+    assert [s for s, _ in want["train/loss"]] == [1, 2, 3]
+    folder, _ = export_run(run_dir)
+    assert [s for s, _ in tensorboard_scalars(folder)["train/loss"]] == [1, 2, 3]
+    assert_same(tensorboard_scalars(run_dir / LIVE_DIR), want)

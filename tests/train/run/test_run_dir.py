@@ -1,0 +1,162 @@
+"""A run is what its manifest says (train/run/manifest.py, train/run/run_dir.py): issue 29's failures 1 and 3.
+
+Each test reproduces a reported loss exactly, then checks that nothing the user wrote changed.
+"""
+
+import shutil
+import warnings
+
+import numpy as np
+import pytest
+
+from train import config as config_lib
+from train.config import RunConfig
+from train.errors import InputError
+from train.run import checkpointing
+from train.run.loop import fit
+from train.run.manifest import MANIFEST_FILE, Manifest
+from train.run.metrics import read_metrics
+from transformer.checkpoint import load_checkpoint
+
+TINY = [
+    "task.n_train=100", "task.n_valid=8", "task.n_test=8", "tokenizer.vocab_size=80",
+    "model.N=1", "model.d_model=16", "model.d_ff=32", "model.h=2", "model.max_len=64",
+    "train.max_tokens=256", "train.warmup_steps=4", "train.backend=numpy", "train.log_every=1",
+    "train.valid_every=0", "train.valid_bleu_sentences=0", "train.ckpt_every=2", "train.keep_last=2",
+    "train.keep_last_full=1", "train.average_last=2", "train.threads=1",
+]
+
+
+def quiet_fit(run_dir, *extra, **kwargs):
+    config = config_lib.apply_overrides(RunConfig(name="tiny"), TINY + list(extra))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tiny corpus lowers the vocabulary size (a warning)
+        return fit(config, run_dir, progress=False, **kwargs)
+
+
+def losses(run_dir) -> list[tuple[int, float]]:
+    return [(r["step"], r["loss"]) for r in read_metrics(run_dir / "metrics.jsonl", "train")]
+
+
+def contents(folder) -> dict:
+    """Every file under `folder` with its bytes and modification time."""
+    return {p.relative_to(folder): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    """The run to 10 steps without anyone's files in it: what the runs below must reproduce exactly."""
+    run_dir = tmp_path_factory.mktemp("straight") / "run"
+    quiet_fit(run_dir, "train.max_steps=10")
+    return run_dir
+
+
+def test_a_users_safety_copy_is_never_averaged_pruned_or_resumed_from(straight, tmp_path):
+    """Failure 1: any ckpt_<digits>.safetensors counted as ours. A user's safety copy ckpt_30.safetensors was
+    averaged into the final model and deleted by pruning without --force; being "newer", it made pruning drop
+    the run's only optimizer state (no exact resume), and `average` broke."""
+    run_dir = tmp_path / "run"
+    quiet_fit(run_dir, "train.max_steps=6")
+    copy = run_dir / "ckpt_30.safetensors"
+    shutil.copy(run_dir / "ckpt_00000006.safetensors", copy)  # the user's safety copy, a higher "step"
+    mine = contents(run_dir)[copy.relative_to(run_dir)]
+    quiet_fit(run_dir, "train.max_steps=8")  # prunes ckpt 4, keeps Adam's state for 8 only
+    assert (run_dir / "ckpt_00000008.optimizer.safetensors").is_file()  # the run's optimizer state is kept
+    out, names = checkpointing.average_last(run_dir)  # train.average_last = 2
+    assert names == ["ckpt_00000006.safetensors", "ckpt_00000008.safetensors"]
+    assert "ckpt_30.safetensors" not in load_checkpoint(out)[1]["averaged_from"]
+    resumed = quiet_fit(run_dir, "train.max_steps=10")  # resumes exactly from 8, not from the copy
+    assert losses(run_dir) == losses(straight)
+    for (name, a), (_, b) in zip(resumed.model.named_parameters(),
+                                 checkpointing.load_for_inference(straight / "ckpt_00000010.safetensors")[0]
+                                 .named_parameters()):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=name)
+    assert contents(run_dir)[copy.relative_to(run_dir)] == mine  # byte for byte, never touched
+    quiet_fit(run_dir, "train.max_steps=2", "model.d_model=32", force=True)  # --force starts over ...
+    assert contents(run_dir)[copy.relative_to(run_dir)] == mine  # ... and deletes only what the manifest lists
+
+
+def test_a_file_of_ours_by_name_but_not_in_the_manifest_stops_fit_before_it_writes(tmp_path):
+    run_dir = tmp_path / "run"
+    quiet_fit(run_dir, "train.max_steps=2")
+    theirs = run_dir / "ckpt_00000004.safetensors"  # where step 4's checkpoint would go
+    theirs.write_bytes(b"the user's own file")
+    before = contents(run_dir)
+    with pytest.raises(InputError, match=r"holds 'ckpt_00000004.safetensors', which this tool did not write .*"
+                                         r"nothing was changed; move them out of the run directory"):
+        quiet_fit(run_dir, "train.max_steps=4")
+    after = contents(run_dir)
+    assert {k: v for k, v in after.items() if k.name not in ("run.lock", MANIFEST_FILE)} == \
+        {k: v for k, v in before.items() if k.name not in ("run.lock", MANIFEST_FILE)}
+
+
+def test_a_folder_of_files_with_our_names_but_no_manifest_is_not_a_run(straight, tmp_path):
+    """Failure 3: `fit` without --force replaced or deleted a user's files in a folder that held only files
+    with our names (config.json, tokenizer.model, tokenizer.vocab, metrics.jsonl)."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    for name in ("config.json", "tokenizer.model", "tokenizer.vocab", "metrics.jsonl"):
+        shutil.copy(straight / name, folder / name)  # a real run's config, even: still not a run
+    before = contents(folder)
+    for force in (False, True):
+        with pytest.raises(InputError, match=r"mine: not a run directory \(it holds 'config.json', 'metrics.jsonl', "
+                                             r"'tokenizer.model', 'tokenizer.vocab' but no manifest.jsonl.*nothing in "
+                                             r"it is changed; choose a new or empty --run-dir"):
+            quiet_fit(folder, "train.max_steps=2", force=force)
+        assert contents(folder) == before
+
+
+def test_a_run_made_before_manifests_is_adopted_once_when_every_checkpoint_verifies(straight, tmp_path, capsys):
+    old = tmp_path / "old"
+    shutil.copytree(straight, old)
+    (old / MANIFEST_FILE).unlink()  # as runs were before manifests
+    (old / "notes.txt").write_text("mine")
+    (old / "ckpt_7.safetensors").write_bytes((old / "ckpt_00000010.safetensors").read_bytes())  # a safety copy
+    capsys.readouterr()
+    result = quiet_fit(old, "train.max_steps=12")
+    out = capsys.readouterr().out
+    assert "adopted" in out and "a run made before run manifests" in out and result.progress.step == 12
+    listed = set(Manifest.load(old).listed())
+    assert "notes.txt" not in listed and "ckpt_7.safetensors" not in listed and "config.json" in listed
+    assert losses(old)[:10] == losses(straight)
+
+    broken = tmp_path / "broken"
+    shutil.copytree(straight, broken)
+    (broken / MANIFEST_FILE).unlink()
+    data = bytearray((broken / "ckpt_00000008.safetensors").read_bytes())
+    data[-3] ^= 0xFF
+    (broken / "ckpt_00000008.safetensors").write_bytes(bytes(data))
+    before = contents(broken)
+    with pytest.raises(InputError, match=r"broken: not a run directory .*adopted only when every checkpoint "
+                                         r"verifies: ckpt_00000008.safetensors"):
+        quiet_fit(broken, "train.max_steps=12")
+    assert contents(broken) == before
+
+
+def test_force_keeps_a_file_of_ours_the_user_changed_and_says_so(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    quiet_fit(run_dir, "train.max_steps=2")
+    (run_dir / "tokenizer.vocab").write_text("edited by hand")
+    capsys.readouterr()
+    with pytest.raises(InputError, match=r"tokenizer.vocab: exists and this tool did not write it .*nothing was "
+                                         r"overwritten"):  # the new run would write it: the user moves it first
+        quiet_fit(run_dir, "train.max_steps=2", "model.d_model=32", force=True)
+    assert "kept 'tokenizer.vocab': changed since this tool wrote it, so it is yours now" in capsys.readouterr().out
+    assert (run_dir / "tokenizer.vocab").read_text() == "edited by hand"
+
+
+def test_a_kill_between_a_write_and_its_hash_leaves_the_file_ours(tmp_path):
+    """Every write is announced in the manifest before it starts, so a file of ours overwritten (best.safetensors,
+    config.json) by a process killed before it recorded the new hash is still ours, and the next run records it."""
+    manifest = Manifest.create(tmp_path)
+    manifest.write_bytes("best.safetensors", b"the first best")
+    manifest.claim("best.safetensors")
+    (tmp_path / "best.safetensors").write_bytes(b"a better one, written just before a kill")
+    again = Manifest.load(tmp_path)
+    assert again.owns("best.safetensors")
+    again.settle()
+    recorded = Manifest.load(tmp_path).entries["best.safetensors"]
+    assert recorded["size"] == len(b"a better one, written just before a kill")
+    (tmp_path / "best.safetensors").write_bytes(b"the user's own, written over ours")
+    assert not Manifest.load(tmp_path).owns("best.safetensors")  # changed since: the user's now

@@ -1,0 +1,94 @@
+"""The run's record of its data: which prepared data it trains on (prepared.json) and its copy of the tokenizer.
+
+A run that resumes must train on the data it started on (the data order of §5.1 is a
+function of it). `check_same_data` compares the sha256 of every input file, read in full
+(store.fingerprint: a size and modification time decide nothing), with prepared.json; the
+data store calls it once the files are hashed and before anything is prepared, so an
+edited corpus is refused at once, naming the file, and no new prepared folder is left behind.
+
+The tokenizer is copied into the run directory, where `translate` and `evaluate` look for it.
+"""
+
+import json
+from pathlib import Path
+
+from train import config as config_lib
+from train.config import RunConfig
+from train.data.store import SPLIT_FILES, PreparedData
+from train.errors import InputError
+from train.run.manifest import MANIFEST_FILE, Manifest
+
+RECORD_FILE = "prepared.json"
+TOKENIZER_FILE = "tokenizer.model"
+
+
+def recorded(run_dir: Path) -> dict | None:
+    """The run's prepared.json (None when it has none)."""
+    try:
+        return json.loads((Path(run_dir) / RECORD_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def recorded_file(run_dir: Path, name: str) -> Path | None:
+    """A data file the run trained with, e.g. "valid_src"; None if not recorded."""
+    try:
+        return Path(recorded(run_dir)["files"][name]["path"])
+    except (TypeError, KeyError):
+        return None
+
+
+def resumed_run(run_dir: Path, overrides: list[str], data_dir: Path | None) -> tuple[RunConfig, Path, Path | None]:
+    """(config, run dir, data dir) of `fit --resume RUN_DIR`: the run's own config.json with `overrides` (the
+    settings that may change are checked by run_dir.start_run) and, unless `data_dir` is given, the prepared
+    data it recorded."""
+    if not (run_dir / MANIFEST_FILE).is_file() and not (run_dir / "config.json").is_file():
+        raise InputError(f"{run_dir}: not a run directory (no {MANIFEST_FILE}, no config.json) to resume")
+    record = recorded(run_dir)
+    data_dir = data_dir or (Path(record["data"]).parent if record else None)
+    return config_lib.load(run_dir / "config.json", overrides), run_dir, data_dir
+
+
+def check_same_data(run_dir: Path, record: dict | None):
+    """A `check_files` for store.prepare_data: an InputError naming the first changed file (None: no check)."""
+    if record is None:
+        return None
+
+    def check(files: dict[str, dict]) -> None:
+        changed = [_describe_change(name, record["files"].get(name), files.get(name)) for name in SPLIT_FILES
+                   if _sha256(record["files"].get(name)) != _sha256(files.get(name))]
+        if changed:
+            raise InputError(f"{run_dir}: the data changed since this run started: {'; '.join(changed[:2])}; "
+                             f"resume on the same data, use another --run-dir, or --force to start over")
+    return check
+
+
+def record_data(manifest: Manifest, data: PreparedData, resuming: bool) -> None:
+    """Write prepared.json and the run's tokenizer copy (a resumed run's vocabulary is never replaced)."""
+    record = {"data": str(data.folder), "key": data.key, "tokenizer_sha256": data.tokenizer.model_hash,
+              "files": {name: {k: v[k] for k in ("path", "size", "sha256")} for name, v in data.files.items()}}
+    old = recorded(manifest.run_dir)
+    if resuming and old is not None and old["tokenizer_sha256"] != record["tokenizer_sha256"]:
+        raise InputError(f"{manifest.run_dir}: the data changed since this run started: the tokenizer "
+                         f"({old['tokenizer_sha256'][:12]} -> {record['tokenizer_sha256'][:12]}); resume on the same "
+                         f"data, use another --run-dir, or --force to start over")
+    for name in (TOKENIZER_FILE, "tokenizer.vocab"):
+        source, target = data.folder / name, manifest.run_dir / name
+        if not (target.is_file() and target.read_bytes() == source.read_bytes()):
+            manifest.write_bytes(name, source.read_bytes())
+    text = json.dumps(record, indent=1).encode("utf-8")
+    path = manifest.run_dir / RECORD_FILE
+    if not path.is_file() or path.read_bytes() != text:
+        manifest.write_bytes(RECORD_FILE, text)
+
+
+def _sha256(file: dict | None) -> str | None:
+    return None if file is None else file["sha256"]
+
+
+def _describe_change(name: str, old: dict | None, new: dict | None) -> str:
+    key = f"task.{name}"
+    if old is None or new is None:
+        return f"{key} was {'added' if old is None else 'removed'}"
+    where = new["path"] if new["path"] == old["path"] else f"{old['path']} -> {new['path']}"
+    return f"{key} {where} has other contents (sha256 {old['sha256'][:12]} -> {new['sha256'][:12]})"
