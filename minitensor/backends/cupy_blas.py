@@ -138,6 +138,12 @@ def cublas_gemm(op_a, op_b, m, n, k, A, lda, stride_a, B, ldb, stride_b, beta, C
                                     C.data.ptr, c_type, ldc, stride_c, batch, COMPUTE_32F, GEMM_DEFAULT)
 
 
+def gemm_cost(op_a, op_b, m, n, k, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c, batch):
+    """(bytes, FLOPs) of one cuBLAS call: A and B read (once if shared by the batch), C written (and read if beta)."""
+    reads = (m * k * (batch if stride_a else 1) + k * n * (batch if stride_b else 1)) * A.itemsize
+    return reads + m * n * batch * C.itemsize * (2 if beta else 1), 2 * m * n * k * batch
+
+
 def _column_major(X, rows, cols, ld, stride, batch, writeable=False):
     """The (batch, rows, cols) column-major matrices cuBLAS sees at X's first element, bounds-checked."""
     item = X.itemsize
