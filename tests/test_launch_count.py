@@ -57,14 +57,18 @@ def test_base_step_launches_and_syncs_stay_under_the_bound(precision):
 
 
 def test_counting_backend_computes_what_the_numpy_backend_computes():
-    """Counting must not change the numbers: fp32 bit for bit; bf16 (cuBLAS plans run by numpy_gemm) closely."""
+    """Counting must not change the numbers: its products are cuBLAS plans run by numpy_gemm (summed in float64,
+    rounded once), so fp32 agrees to float32 roundoff and bf16 closely."""
     small = dict(BASE_STRUCTURE, N=2)
-    for precision, tol in (("fp32", 0.0), ("bf16", 1e-2)):
+    for precision, tol in (("fp32", 1e-5), ("bf16", 1e-2)):
         _, counted, m1 = counted_step(precision, CountingBackend(), small)
         _, plain, m2 = counted_step(precision, "numpy", small)
         assert abs(float(counted.loss_sum) - float(plain.loss_sum)) <= tol * abs(float(plain.loss_sum))
         for (name, a), (_, b) in zip(m1.state_dict().items(), m2.state_dict().items()):
-            np.testing.assert_allclose(a, b, atol=tol, err_msg=f"{precision} {name}")
+            # w_k.bias: its gradient is exactly 0 (softmax ignores a shift of a row of scores), so each path's
+            # roundoff is all there is, and Adam divides it by its own size (tests/transformer/test_composed_vs_fused.py)
+            if not name.endswith("w_k.bias"):
+                np.testing.assert_allclose(a, b, atol=tol, err_msg=f"{precision} {name}")
 
 
 def test_the_model_counts_what_cupy_launches():

@@ -61,23 +61,30 @@ class Backend:
             return a + b
         return self.cast(self.cast(a, np.float32) + self.cast(b, np.float32), BF16)
 
-    def matmul(self, a, b, out_dtype=None, bias=None):
+    def matmul(self, a, b, out_dtype=None, bias=None, out=None, accumulate=False):
         """a @ b (+ bias (N,)), batched over leading axes: (..., M, K) @ (..., K, N) or (K, N).
 
         Half-precision operands (fp16, bf16) are multiplied and summed in float32, as cuBLAS
         does with CUBLAS_COMPUTE_32F, and rounded once to out_dtype (default: a's dtype).
+        `out`: the array to write the product into (a view of a wider one, say), in its dtype;
+        `accumulate`: out += a @ b, rounded once.
         """
-        out_dtype = np.dtype(out_dtype or a.dtype)
+        out_dtype = np.dtype(out_dtype or (a.dtype if out is None else out.dtype))
         xp = self.xp
         if is_half(a.dtype):                                   # NumPy's own float16 matmul rounds as it sums
             c = xp.matmul(self.cast(a, np.float32), self.cast(b, np.float32))
             if bias is not None:
                 c += self.cast(bias, np.float32)
-            return self.cast(c, out_dtype)
-        c = xp.matmul(a, b)
-        if bias is not None:
-            c += bias
-        return c if c.dtype == out_dtype else c.astype(out_dtype)
+        else:
+            c = xp.matmul(a, b)
+            if bias is not None:
+                c += bias
+        if out is None:
+            return c if c.dtype == out_dtype else self.cast(c, out_dtype)
+        if accumulate:
+            c += self.cast(out, c.dtype)
+        out[...] = self.cast(c, out.dtype)
+        return out
 
     def dropout(self, x, p: float, seed: int):
         """Inverted dropout with the draws of `uniform(seed, x.shape)`: the same seed, the same mask."""

@@ -24,7 +24,8 @@ The model of "a launch" (one kernel launch, memset or cuBLAS call on the GPU's s
   - `xp.matmul`: one cuBLAS call, plus CuPy's hidden copies (launch_costs.matmul_launches);
   - each of our fused kernels (kernels/*/cupy_launch.py): what its launcher runs (a kernel plus
     the memsets and casts it makes, launch_costs.LAUNCHER_COST);
-  - `backend.matmul`: what CupyBackend.matmul runs (cupy_blas: copies it needs plus one GEMM);
+  - `backend.matmul`: what CupyBackend.matmul runs (cupy_blas: copies it needs plus one GEMM,
+    any dtype);
   - views are free: reshape of a contiguous array, transpose, swapaxes, basic slicing,
     broadcast_to, `a.view(dtype)`.
 Bytes: what each launch reads and writes (launch_costs.footprint of its arrays); FLOPs: 2·m·n·k per
@@ -44,7 +45,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dtypes import BF16, is_half
+from ..dtypes import BF16
 from ..kernels.bf16_cast.reference import bf16_to_float32, float_to_bf16
 from . import cupy_blas
 from .base import KERNELS
@@ -270,6 +271,7 @@ class CountingBackend(NumpyBackend):
     def __init__(self):
         self.counts = LaunchCounts()
         self.xp = self._namespace(self.counts)
+        self.plans = {}                                           # cupy_blas's Plans, as CupyBackend keeps them
 
     def _namespace(self, counts):
         return CountingNamespace(type("DeviceArray", (DeviceArray,), {"counts": counts}))
@@ -324,12 +326,11 @@ class CountingBackend(NumpyBackend):
         self.counts.launch("kernel bf16 add", 1, footprint(a) + footprint(b) + y.nbytes)   # one elementwise kernel
         return y
 
-    def matmul(self, a, b, out_dtype=None, bias=None):
-        """What CupyBackend.matmul runs: half precision through cupy_blas (its copies counted by xp,
-        one launch per cuBLAS call, computed by cupy_blas.numpy_gemm), the rest through cupy.matmul."""
-        if not is_half(a.dtype):
-            return super().matmul(a, b, out_dtype, bias)
-        return cupy_blas.matmul(a, b, out_dtype, bias, xp=self.xp, gemm=self.gemm)
+    def matmul(self, a, b, out_dtype=None, bias=None, out=None, accumulate=False):
+        """What CupyBackend.matmul runs: cupy_blas's plan (its copies counted by xp), one launch per cuBLAS
+        call, computed by cupy_blas.numpy_gemm."""
+        return cupy_blas.matmul(a, b, out_dtype, bias, xp=self.xp, gemm=self.gemm, out=out, accumulate=accumulate,
+                                plans=self.plans)
 
     def gemm(self, *args):
         """One cuBLAS call (cupy_blas.cublas_gemm's arguments): counted, and computed by numpy_gemm."""

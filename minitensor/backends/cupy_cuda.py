@@ -9,7 +9,7 @@ import numpy as np
 import cupy
 import cupyx
 
-from ..dtypes import BF16, is_half
+from ..dtypes import BF16
 from ..kernels.cupy_launcher import COMMON_HEADER, KERNELS_DIR
 from ..kernels.dropout_forward.cupy_launch import dropout_seeded
 from . import cupy_blas
@@ -65,9 +65,15 @@ class CupyBackend(Backend):
         """a + b rounded once to a's dtype; bf16 in one kernel (CuPy's own + sums float16 in float32)."""
         return _bf16_add(a, b) if a.dtype == BF16 else a + b
 
-    def matmul(self, a, b, out_dtype=None, bias=None):
-        """Half precision through cuBLAS directly (cupy_blas: bf16, tensor cores, transposes as flags);
-        float32 and float64 through cupy.matmul."""
-        if is_half(a.dtype):
-            return cupy_blas.matmul(a, b, out_dtype, bias, xp=cupy, gemm=cupy_blas.cublas_gemm)
-        return super().matmul(a, b, out_dtype, bias)
+    def __init__(self):
+        self.plans = {}           # cupy_blas: each product's Plan, by layout
+        self.cublas_handle = None  # None: CuPy's (re-bound to the current stream per call); graphs bind their own
+
+    def matmul(self, a, b, out_dtype=None, bias=None, out=None, accumulate=False):
+        """Every float dtype through cuBLAS directly (cupy_blas: bf16, tensor cores, transposes as flags,
+        strided operands and outputs read and written in place), each layout planned once."""
+        return cupy_blas.matmul(a, b, out_dtype, bias, xp=cupy, gemm=self.gemm, out=out, accumulate=accumulate,
+                                plans=self.plans)
+
+    def gemm(self, *args):
+        cupy_blas.cublas_gemm(*args, handle=self.cublas_handle)
