@@ -15,6 +15,7 @@ import pytest
 
 from minitensor import optim
 from minitensor.backends.counting import CountingBackend
+from train.experiments.host_time import float32_logit_arrays
 from train.run.loss_scaler import DynamicLossScaler
 from train.run.step import train_step
 from transformer.config import TransformerConfig
@@ -54,6 +55,17 @@ def test_base_step_launches_and_syncs_stay_under_the_bound(precision):
     assert counts["launches"] <= BOUNDS[precision], (
         f"{precision}: {counts['launches']} launches per step > {BOUNDS[precision]}; by kind: {counts['by_kind']}")
     assert counts["uploads"] <= 4                                        # src, tgt_in, tgt_out (+1 spare)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_a_mixed_step_makes_no_float32_logits(precision):
+    """The loss reads half-precision logits (bf16 bits too) and writes their gradient in their dtype: no array
+    of B·T rows of V float32s is made, forward or backward (25,000 × 37,000 × 4 bytes = 3.7 GB at base size)."""
+    backend = CountingBackend()
+    counted_step(precision, backend)
+    rows, vocab = 3 * 5, BASE_STRUCTURE["vocab_size"]                   # counted_step's batch: B = 3, T = 5
+    assert float32_logit_arrays(backend.counts.allocations, rows, vocab) == []
+    assert float32_logit_arrays([((rows, vocab), np.dtype(np.float32))], rows, vocab)   # the check can fail
 
 
 def test_counting_backend_computes_what_the_numpy_backend_computes():

@@ -46,7 +46,8 @@ class Transformer(nn.Module):
     `precision` (PRECISIONS) fixes the weights' and the activations' dtypes: the embedded
     inputs are cast to the activation dtype, and every layer multiplies with a copy of its
     master weights in the activations' dtype, so "fp16" and "bf16" run the matmuls in half
-    precision. bf16 logits come back as float32 (the loss and the search compute on them).
+    precision. Logits come back in the activations' dtype from `forward` (the loss reads bf16 bits
+    as numbers) and as float32 from `decode` and `decode_step` (the search computes on them).
     `rng` also seeds every dropout mask (one draw per call), so its state replays them.
     """
 
@@ -99,8 +100,6 @@ class Transformer(nn.Module):
         if cache is not None:
             cache.advance(T)
         logits = self.embeddings.logits(x)                             # (B, T, D) -> (B, T, V)
-        if logits.dtype == BF16:                                       # bits are no numbers to the loss or the search
-            logits = logits.astype(np.float32)
         return logits, self_maps, cross_maps
 
     # --- the public interface -------------------------------------------------------------
@@ -111,12 +110,18 @@ class Transformer(nn.Module):
         return memory
 
     def decode(self, tgt_in_ids, memory, src_pad_mask, cache: DecoderCache | None = None) -> mt.Tensor:
-        """tgt_in_ids (B, T) -> logits (B, T, V). With a cache, tgt_in_ids are the next T tokens."""
+        """tgt_in_ids (B, T) -> logits (B, T, V), float32 under bf16 (the search reads numbers, not bits).
+        With a cache, tgt_in_ids are the next T tokens."""
         logits, _, _ = self._decode(self._ids(tgt_in_ids), memory, src_pad_mask, cache)
-        return logits
+        return logits.astype(np.float32) if logits.dtype == BF16 else logits
 
     def forward(self, src_ids, tgt_in_ids) -> mt.Tensor:
-        """Figure 1, teacher forcing: src_ids (B, S), tgt_in_ids (B, T) -> logits (B, T, V)."""
+        """Figure 1, teacher forcing: src_ids (B, S), tgt_in_ids (B, T) -> logits (B, T, V).
+
+        The logits come in the activations' dtype: under bf16 that is bits (minitensor/dtypes.py),
+        which the loss reads as numbers (its kernel sums in float32: no float32 (B, T, V) copy is
+        made); read them yourself with `.astype(np.float32)`.
+        """
         src = self._ids(src_ids)
         src_mask = padding_mask(src, self.config.pad_id)               # (B, 1, 1, S)
         memory, _ = self._encode(src, src_mask)
@@ -130,7 +135,7 @@ class Transformer(nn.Module):
     def decode_step(self, cache: DecoderCache, tokens) -> mt.Tensor:
         """One incremental step: tokens (n,) at position cache.length -> logits (n, V); updates cache."""
         tokens = self.backend.asarray(tokens).reshape(-1, 1)           # (n,) -> (n, 1)
-        logits, _, _ = self._decode(tokens, None, None, cache)         # (n, 1, V)
+        logits = self.decode(tokens, None, None, cache)                # (n, 1, V)
         return logits.reshape(logits.shape[0], logits.shape[2])        # (n, 1, V) -> (n, V)
 
     def attention_maps(self, src_ids, tgt_in_ids) -> dict[str, np.ndarray]:

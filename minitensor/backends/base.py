@@ -3,7 +3,7 @@
 A Backend bundles an array module `xp` (numpy or cupy: the primitive ops are
 the array module's own `xp.exp`, ...) with the fused kernels of
 `minitensor/kernels/` (see kernels/README.md for their contract), and a few
-dtype-aware helpers (cast, add, matmul, dropout, ones) that also handle bf16, whose
+dtype-aware helpers (cast, add, scale, matmul, dropout, ones) that also handle bf16, whose
 arrays are uint16 bits (minitensor/dtypes.py). The NumPy backend is the reference;
 every other backend must pass the same tests. Backends are singletons, so
 `a.backend is b.backend` says two tensors can meet.
@@ -60,6 +60,15 @@ class Backend:
         if a.dtype != BF16:
             return a + b
         return self.cast(self.cast(a, np.float32) + self.cast(b, np.float32), BF16)
+
+    def scale(self, x, factor):
+        """x *= factor in place (factor broadcasts to x: a row of per-row scales, say), rounded once to
+        x's dtype: bf16 bits too, which a plain *= would multiply as integers. Returns x."""
+        if x.dtype != BF16:
+            x *= factor.astype(x.dtype)
+            return x
+        x[...] = self.cast(self.cast(x, np.float32) * factor.astype(np.float32), BF16)
+        return x
 
     def matmul(self, a, b, out_dtype=None, bias=None, out=None, accumulate=False):
         """a @ b (+ bias (N,)), batched over leading axes: (..., M, K) @ (..., K, N) or (K, N).

@@ -267,6 +267,7 @@ class CountingBackend(NumpyBackend):
 
     name = "counting"
     device = "counting"   # not "cpu": the code takes its GPU paths (e.g. float16 logits go to the kernel as they are)
+    computes = True       # HostOnlyBackend: False
 
     def __init__(self):
         self.counts = LaunchCounts()
@@ -325,6 +326,14 @@ class CountingBackend(NumpyBackend):
                             "bf16 add")
         self.counts.launch("kernel bf16 add", 1, footprint(a) + footprint(b) + y.nbytes)   # one elementwise kernel
         return y
+
+    def scale(self, x, factor):
+        if x.dtype != BF16:
+            return super().scale(x, factor)
+        self.counts.launch("kernel bf16 scale", 1, 2 * footprint(x) + footprint(factor))   # CupyBackend: one kernel
+        if self.computes:
+            x.view(np.ndarray)[...] = float_to_bf16(bf16_to_float32(plain(x)) * plain(factor))
+        return x
 
     def matmul(self, a, b, out_dtype=None, bias=None, out=None, accumulate=False):
         """What CupyBackend.matmul runs: cupy_blas's plan (its copies counted by xp), one launch per cuBLAS

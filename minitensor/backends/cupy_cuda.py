@@ -35,6 +35,12 @@ _bf16_add = cupy.ElementwiseKernel(
     "y = bf16_bits(load(bf16{a}) + load(bf16{b}));",
     "minitensor_bf16_add", preamble=(KERNELS_DIR / COMMON_HEADER).read_text())
 
+# x *= factor on bf16 bits (factor float32, broadcast): widened, multiplied, rounded once, in place
+_bf16_scale = cupy.ElementwiseKernel(
+    "float32 factor", "uint16 x",
+    "x = bf16_bits(load(bf16{x}) * factor);",
+    "minitensor_bf16_scale", preamble=(KERNELS_DIR / COMMON_HEADER).read_text())
+
 
 @kernels_from("cupy_launch")
 class CupyBackend(Backend):
@@ -64,6 +70,13 @@ class CupyBackend(Backend):
     def add(self, a, b):
         """a + b rounded once to a's dtype; bf16 in one kernel (CuPy's own + sums float16 in float32)."""
         return _bf16_add(a, b) if a.dtype == BF16 else a + b
+
+    def scale(self, x, factor):
+        """x *= factor in place, rounded once; bf16 in one kernel."""
+        if x.dtype != BF16:
+            return super().scale(x, factor)
+        _bf16_scale(factor.astype(cupy.float32, copy=False), x)
+        return x
 
     def __init__(self):
         self.plans = {}           # cupy_blas: each product's Plan, by layout

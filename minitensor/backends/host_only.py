@@ -243,7 +243,7 @@ class HostOnlyBackend(CountingBackend):
     """CountingBackend's records, nothing computed: what a step costs the host (see the module docstring)."""
 
     name = "host-only"
-    array_type = EmptyArray
+    computes = False
 
     def __init__(self):
         self.arena = Arena()

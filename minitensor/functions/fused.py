@@ -142,8 +142,7 @@ class CrossEntropy(Function):
     @staticmethod
     def backward(ctx, grad_out):
         (dlogits,) = ctx.saved
-        dlogits *= grad_out[:, None].astype(dlogits.dtype)  # in place: the saved array is used once, then freed
-        return dlogits
+        return ctx.backend.scale(dlogits, grad_out[:, None])  # in place: the saved array is used once, then freed
 
 
 class Dropout(Function):
