@@ -106,3 +106,41 @@ def test_attention_matches_equation_1_composed(backend, rng, p):
     _, weights_composed = scaled_dot_product_attention(*(split_heads(mt.tensor(a, backend=backend), H) for a in (q, k, v)),
                                                        mask)
     mt.assert_close(weights, weights_composed.numpy(), "attention weights")
+
+
+def test_linear_relu_matches_composed(backend, rng):
+    """§3.3's inner layer max(0, xW₁ + b₁) as one Function; entries near 0 kept off the ReLU's kink."""
+    from minitensor.functions import LinearReLU
+    x, w, b = rng.standard_normal((2, 3, 4)), rng.standard_normal((4, 6)), rng.standard_normal(6)
+    pre = x @ w + b
+    b = b + np.where(np.abs(pre) < 0.05, 0.2, 0.0).max(axis=(0, 1))           # no pre-activation at 0
+    check_same(lambda x, w, b: LinearReLU.apply(x, w, b), lambda x, w, b: (x @ w + b).relu(), [x, w, b], backend)
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_stacked_linear_matches_composed(backend, rng, with_bias):
+    """Q, K, V of one input as one product, against three Linears stacked, separate weights and one flat buffer."""
+    from minitensor.functions import StackedLinear
+    n = 3
+    arrays = [rng.standard_normal((2, 3, 4))] + [rng.standard_normal((4, 5)) for _ in range(n)] \
+        + ([rng.standard_normal(5) for _ in range(n)] if with_bias else [])
+
+    def composed(x, *params):
+        ws, bs = params[:n], params[n:]
+        return mt.stack([x @ w + b for w, b in zip(ws, bs)] if bs else [x @ w for w in ws])
+
+    check_same(StackedLinear.apply, composed, arrays, backend)
+
+
+def test_stacked_weights_are_read_in_place_when_equally_spaced(rng):
+    """Backend.stacked: views of one buffer, equally spaced (the optimizer's flat buffer), stack without a copy."""
+    from minitensor.backends.counting import CountingBackend
+    backend = CountingBackend()
+    flat = backend.xp.asarray(rng.standard_normal(3 * 25))
+    views = [flat[i * 25:i * 25 + 20].reshape(4, 5) for i in range(3)]   # weight, then a bias's 5 numbers
+    backend.counts.clear()
+    stacked = backend.stacked(views)
+    assert backend.counts.launches == 0 and np.shares_memory(stacked, flat)
+    np.testing.assert_array_equal(stacked, np.stack([np.asarray(v) for v in views]))
+    apart = [backend.xp.asarray(v.view(np.ndarray).copy()) for v in views]
+    assert not np.shares_memory(backend.stacked(apart), flat) and backend.counts.launches > 0

@@ -3,7 +3,7 @@
 A Backend bundles an array module `xp` (numpy or cupy: the primitive ops are
 the array module's own `xp.exp`, ...) with the fused kernels of
 `minitensor/kernels/` (see kernels/README.md for their contract), and a few
-dtype-aware helpers (cast, add, scale, matmul, dropout, ones) that also handle bf16, whose
+dtype-aware helpers (cast, add, scale, matmul, dropout, stacked) that also handle bf16, whose
 arrays are uint16 bits (minitensor/dtypes.py). The NumPy backend is the reference;
 every other backend must pass the same tests. Backends are singletons, so
 `a.backend is b.backend` says two tensors can meet.
@@ -18,7 +18,8 @@ from ..dtypes import BF16, is_half
 
 # The fused kernels every backend provides, one folder each under minitensor/kernels/.
 KERNELS = ("softmax_forward", "softmax_backward", "layernorm_forward", "layernorm_backward",
-           "cross_entropy_forward", "adam_step", "embedding_backward", "dropout_forward", "bf16_cast")
+           "cross_entropy_forward", "adam_step", "embedding_backward", "dropout_forward", "bf16_cast",
+           "bias_relu_forward", "bias_backward")
 
 
 class Backend:
@@ -95,21 +96,39 @@ class Backend:
         out[...] = self.cast(c, out.dtype)
         return out
 
-    def dropout(self, x, p: float, seed: int):
-        """Inverted dropout with the draws of `uniform(seed, x.shape)`: the same seed, the same mask."""
-        return self.dropout_forward(x, self.uniform(seed, x.shape, "float32"), p)
+    def dropout(self, x, p: float, seed: int, time_major: bool = False):
+        """Inverted dropout with the draws of `uniform(seed, x.shape)`: the same seed, the same mask.
 
-    def ones(self, n: int, dtype):
-        """A read-only length-n vector of ones in dtype (bf16: the bits of 1.0), for db = 1ᵀ dy as a GEMV.
-
-        A view of the longest such vector made so far, kept per dtype on the backend, so a
-        training step makes none (one fill kernel each otherwise, ~100 per base step).
+        time_major: x is (T, B, ...) and gets the draws of its (B, T, ...) transpose, so that each
+        element's mask depends on its sentence, position and feature, not on the layout.
         """
-        cache = vars(self).setdefault("_ones", {})
-        dtype = np.dtype(dtype)
-        if dtype not in cache or cache[dtype].size < n:
-            cache[dtype] = self.cast(self.xp.ones(max(n, 1024), dtype=np.float32), dtype)
-        return cache[dtype][:n]
+        if not time_major:
+            return self.dropout_forward(x, self.uniform(seed, x.shape, "float32"), p)
+        u = self.uniform(seed, (x.shape[1], x.shape[0]) + x.shape[2:], "float32")   # (B, T, ...)
+        return self.dropout_forward(x, self.xp.swapaxes(u, 0, 1), p)
+
+    def stacked(self, arrays):
+        """One (n, *shape) array of n equally shaped arrays: a read-only view when they lie equally spaced in
+        one buffer (parameters in the optimizer's flat buffers do), else a copy (xp.stack)."""
+        first, n = arrays[0], len(arrays)
+        if n > 1 and all(a.shape == first.shape and a.strides == first.strides and a.dtype == first.dtype
+                         for a in arrays):
+            places = [self.buffer_address(a) for a in arrays]
+            step = places[1][1] - places[0][1]
+            if (step >= first.nbytes and first.flags.c_contiguous and all(buffer is places[0][0] for buffer, _ in places)
+                    and all(b[1] - a[1] == step for a, b in zip(places, places[1:]))):
+                return self.as_strided(first, (n,) + first.shape, (step,) + first.strides)
+        return self.xp.stack(arrays)
+
+    @staticmethod
+    def buffer_address(a):
+        """(the allocation a lives in, the address of a's first element)."""
+        return root_array(a), a.__array_interface__["data"][0]
+
+    @staticmethod
+    def as_strided(a, shape, strides):
+        """A read-only view of a's memory with these shape and strides (bytes)."""
+        return np.lib.stride_tricks.as_strided(a, shape, strides, subok=True, writeable=False)
 
     # --- fused kernels (KERNELS; contract in kernels/README.md) ---------------
     def softmax_forward(self, x, scale, mask):
@@ -149,8 +168,28 @@ class Backend:
         """x float -> bf16 bits (dtype uint16, nearest even), or bf16 bits -> float dtype (exact)."""
         raise NotImplementedError
 
+    def bias_relu_forward(self, x, bias):
+        """In place: x = max(0, x + bias) over the last axis (x C-contiguous). Returns x."""
+        raise NotImplementedError
+
+    def bias_backward(self, dy, relu_out, dtype):
+        """(dx, db): dx = dy where relu_out > 0 (dy itself when relu_out is None), db = Σ over axis -2 of dx."""
+        raise NotImplementedError
+
     def __repr__(self) -> str:
         return f"<backend {self.name} on {self.device}>"
+
+
+def root_array(a):
+    """The array that owns a's memory: down the chain of views, as_strided's views too."""
+    while True:
+        base = a.base
+        if isinstance(base, np.ndarray):
+            a = base
+        elif isinstance(getattr(base, "base", None), np.ndarray):   # as_strided keeps its source behind a stand-in
+            a = base.base
+        else:
+            return a
 
 
 def kernels_from(file: str):

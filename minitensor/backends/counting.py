@@ -220,6 +220,9 @@ class CountingNamespace:
     def empty(self, shape, dtype=float, order="C"):
         return self._new(np.empty(shape, dtype, order), 0, "alloc")
 
+    def empty_like(self, a, dtype=None, order="K"):
+        return self._new(np.empty_like(plain(a), dtype, order), 0, "alloc")
+
     def arange(self, *args, **kwargs):
         return self._new(np.arange(*args, **kwargs), 1, "arange")
 
@@ -270,6 +273,7 @@ class CountingBackend(NumpyBackend):
     computes = True       # HostOnlyBackend: False
 
     def __init__(self):
+        self.reference = NumpyBackend()                            # what the values are (dropout's draws)
         self.counts = LaunchCounts()
         self.xp = self._namespace(self.counts)
         self.plans = {}                                           # cupy_blas's Plans, as CupyBackend keeps them
@@ -286,9 +290,11 @@ class CountingBackend(NumpyBackend):
     def run_kernel(self, reference, args, kwargs, op):
         """What kernel `op` returns, its arrays recorded as made: here its NumPy reference, computed
         (HostOnlyBackend: empty arrays of the right shapes)."""
+        inputs = plain(list(args) + list(kwargs.values()))
         result = reference(*plain(args), **{k: plain(v) for k, v in kwargs.items()})
         for array in arrays_in(result):
-            self.counts.allocate(array)
+            if not any(np.may_share_memory(array, a) for a in arrays_in(inputs)):   # in place: nothing made
+                self.counts.allocate(array)
         return self._device(result)
 
     def asarray(self, data, dtype=None):
@@ -310,12 +316,9 @@ class CountingBackend(NumpyBackend):
     def synchronize(self) -> None:
         self.counts.sync()
 
-    def dropout(self, x, p: float, seed: int):
-        """CupyBackend: one kernel that draws inline (no array of draws)."""
-        def seeded(x):
-            return NumpyBackend.dropout_forward(x, NumpyBackend.uniform(self, seed, x.shape, "float32"), p)
-
-        y = self.run_kernel(seeded, (x,), {}, "dropout_forward")
+    def dropout(self, x, p: float, seed: int, time_major: bool = False):
+        """CupyBackend: one kernel that draws inline (no array of draws); the values: NumpyBackend's."""
+        y = self.run_kernel(lambda x: self.reference.dropout(x, p, seed, time_major), (x,), {}, "dropout_forward")
         self.counts.launch("kernel dropout (seeded)", 1 + contiguous_copies(x), footprint(x) + y.nbytes)
         return y
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..dtypes import BF16
 from ..kernels.bf16_cast.reference import bf16_to_float32, float_to_bf16
+from .base import root_array
 
 OP_N, OP_T = 0, 1                           # cublasOperation_t
 CUDA_TYPES = {np.dtype(np.float16): 2, BF16: 14, np.dtype(np.float32): 0,   # cudaDataType_t (library_types.h)
@@ -220,9 +221,7 @@ def gemm_cost(op_a, op_b, m, n, k, A, lda, stride_a, B, ldb, stride_b, beta, C, 
 def _column_major(X, rows, cols, ld, stride, batch, writeable=False):
     """The (batch, rows, cols) column-major matrices cuBLAS sees at X's first element, bounds-checked."""
     item = X.itemsize
-    root = X
-    while isinstance(root.base, np.ndarray):
-        root = root.base
+    root = root_array(X)
     offset = X.__array_interface__["data"][0] - root.__array_interface__["data"][0]
     available = (root.nbytes - offset) // item
     last = (batch - 1) * stride + (cols - 1) * ld + (rows - 1)

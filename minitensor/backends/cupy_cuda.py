@@ -63,9 +63,9 @@ class CupyBackend(Backend):
     def synchronize(self) -> None:
         cupy.cuda.get_current_stream().synchronize()
 
-    def dropout(self, x, p: float, seed: int):
+    def dropout(self, x, p: float, seed: int, time_major: bool = False):
         """One kernel that draws uniform(seed)'s numbers inline: no array of draws is made."""
-        return dropout_seeded(x, seed, p)
+        return dropout_seeded(x, seed, p, time_major)
 
     def add(self, a, b):
         """a + b rounded once to a's dtype; bf16 in one kernel (CuPy's own + sums float16 in float32)."""
@@ -77,6 +77,14 @@ class CupyBackend(Backend):
             return super().scale(x, factor)
         _bf16_scale(factor.astype(cupy.float32, copy=False), x)
         return x
+
+    @staticmethod
+    def buffer_address(a):
+        return a.data.mem, a.data.ptr
+
+    @staticmethod
+    def as_strided(a, shape, strides):
+        return cupy.lib.stride_tricks.as_strided(a, shape, strides)
 
     def __init__(self):
         self.plans = {}           # cupy_blas: each product's Plan, by layout

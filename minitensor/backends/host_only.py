@@ -256,11 +256,11 @@ class HostOnlyBackend(CountingBackend):
 
     def run_kernel(self, reference, args, kwargs, op):
         """Kernel op's outputs, from the arena: the shapes and dtypes of its contract (_OUTPUTS)."""
-        spec = _OUTPUTS[op](*plain(args), **{k: plain(v) for k, v in kwargs.items()})
-        if spec is None:
-            return None
+        spec = _OUTPUTS[op](*args, **kwargs)
+        if spec is None or isinstance(spec, np.ndarray):                # nothing, or an input written in place
+            return spec
         if isinstance(spec, list):
-            return tuple(self.xp.empty(shape, dtype) for shape, dtype in spec)
+            return tuple(a if isinstance(a, np.ndarray) else self.xp.empty(*a) for a in spec)
         return self.xp.empty(*spec)
 
     def scatter_add(self, target, index, values) -> None:
@@ -280,7 +280,7 @@ def _acc(a):
     return np.float64 if a.dtype == np.float64 else np.float32
 
 
-_OUTPUTS = {   # kernel -> (shape, dtype) of its output, a list of them, or None (kernels/README.md's contract)
+_OUTPUTS = {   # kernel -> its output: (shape, dtype), an input it writes in place, a list of those, or None
     "softmax_forward": lambda x, scale, mask: (x.shape, x.dtype),
     "softmax_backward": lambda y, dy, scale: (y.shape, y.dtype),
     "layernorm_forward": lambda x, gamma, beta, eps: [(x.shape, x.dtype)] + [(x.shape[:-1], _acc(x))] * 2,
@@ -292,5 +292,8 @@ _OUTPUTS = {   # kernel -> (shape, dtype) of its output, a list of them, or None
     "dropout_forward": lambda x, *args: (x.shape, x.dtype),
     "bf16_cast": lambda x, dtype: (x.shape, dtype),
     "bf16 add": lambda a, b: (a.shape, a.dtype),
+    "bias_relu_forward": lambda x, bias: x,
+    "bias_backward": lambda dy, relu_out, dtype: [dy if relu_out is None else (dy.shape, dy.dtype),
+                                                  (dy.shape[:-2] + dy.shape[-1:], dtype)],
 }
 assert set(KERNELS) <= set(_OUTPUTS), "every kernel needs its output rule here"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 CONCAT_SINGLE_KERNEL = (8, 2 * 1024 * 1024)  # cupy _concatenate: > 8 arrays, < 2 MiB each on average
-FREE_FUNCTIONS = {"empty_like", "broadcast_to", "swapaxes", "transpose", "moveaxis", "expand_dims", "squeeze",
+FREE_FUNCTIONS = {"broadcast_to", "swapaxes", "transpose", "moveaxis", "expand_dims", "squeeze",
                   "shape", "ndim", "may_share_memory", "shares_memory", "result_type", "can_cast", "iscomplexobj"}
 KIND_CLASSES = (("cublas", "cuBLAS"), ("kernel", "our kernels"), ("reduce", "reductions"),
                 ("ufunc", "elementwise (CuPy)"))   # by prefix of the kind; anything else: copies and fills
@@ -132,4 +132,7 @@ LAUNCHER_COST = {
     + (np.dtype(dout.dtype) != np.dtype(_acc(dout))),           # memset, kernel, cast back
     "dropout_forward": lambda x, u, p: 1 + contiguous_copies(x, u),
     "bf16_cast": lambda x, dtype: 1 + contiguous_copies(x),
+    "bias_relu_forward": lambda x, bias: 1 + (np.dtype(bias.dtype) not in (np.dtype(x.dtype), np.dtype(np.float32))),
+    "bias_backward": lambda dy, relu_out, dtype: 1 + contiguous_copies(dy, relu_out)
+    + (np.dtype(dtype) != np.dtype(_acc(dy))),                  # kernel, cast of the sums
 }
