@@ -73,9 +73,14 @@ class Function:
     Subclasses set `has_aux = True` when forward returns `(out, aux)`: `aux` is
     a raw array (or tuple) that is not differentiated, e.g. the per-token NLL
     computed alongside the label-smoothed loss; `apply` then returns `(Tensor, aux)`.
+    `sums_grad_out = True`: backward gets a tuple of the gradients from each consumer of the
+    output, not their sum, and adds them itself (a kernel that reads two arrays instead of one
+    saves the add kernel and its write, e.g. the sub-layer connection's, whose output feeds both
+    the next sub-layer and the residual stream).
     """
 
     has_aux = False
+    sums_grad_out = False
     defaults: dict = {}      # forward's keyword defaults, so ctx.params always holds every keyword
 
     def __init_subclass__(cls, **kwargs):
@@ -164,6 +169,8 @@ def backward(root, grad_out=None, on_leaf_done=None) -> None:
         if node.consumed:
             raise RuntimeError("backward through a graph that was already freed: "
                                "run the forward again before each backward")
+        if node.function.sums_grad_out and not isinstance(grad, tuple):
+            grad = (grad,)
         input_grads = node.function.backward(node, grad)
         if not isinstance(input_grads, tuple):
             input_grads = (input_grads,)
@@ -177,5 +184,10 @@ def backward(root, grad_out=None, on_leaf_done=None) -> None:
                 raise RuntimeError(f"bug in {node.function.__name__}.backward: gradient shape "
                                    f"{g.shape} for an input of shape {shape}")
             key = id(parent)
-            grads[key] = g if key not in grads else node.backend.add(grads[key], g)   # bf16 too
+            if key not in grads:
+                grads[key] = g
+            elif isinstance(parent, Context) and parent.function.sums_grad_out:
+                grads[key] = (*grads[key], g) if isinstance(grads[key], tuple) else (grads[key], g)
+            else:
+                grads[key] = node.backend.add(grads[key], g)   # bf16 too
         node.saved, node.params, node.consumed = (), None, True  # free what it kept as soon as it is used

@@ -71,16 +71,29 @@ def test_linear_matches_composed(backend, rng, with_bias):
     check_same(Linear.apply, composed, arrays, backend)
 
 
+@pytest.mark.parametrize("time_major", [False, True])
+@pytest.mark.parametrize("with_bias", [False, True])
 @pytest.mark.parametrize("p", [0.0, 0.3])
-def test_dropout_add_layer_norm_matches_composed(backend, rng, p):
-    """transformer.fused.DropoutAddLayerNorm against LayerNorm(x + Dropout(s)) op by op (§3.1, §5.4)."""
+def test_dropout_add_layer_norm_matches_composed(backend, rng, p, with_bias, time_major):
+    """transformer.fused.DropoutAddLayerNorm against LayerNorm(x + Dropout(s + b)) op by op (§3.1, §5.4); its
+    output read twice, as the next sub-layer and the residual stream read it, so its backward gets two
+    gradients to add (sums_grad_out); time-major: the mask of the (B, T, D) transpose."""
     from minitensor.functions import Dropout
     from transformer.fused import DropoutAddLayerNorm
     arrays = [rng.standard_normal((3, 5, 8)), rng.standard_normal((3, 5, 8)) * 2,
-              rng.standard_normal(8), rng.standard_normal(8)]
-    dropout = (lambda s: s) if p == 0 else (lambda s: Dropout.apply(s, p=p, seed=7))
-    check_same(lambda x, s, g, b: DropoutAddLayerNorm.apply(x, s, g, b, eps=1e-6, p=p, seed=7),
-               lambda x, s, g, b: LayerNorm.apply(x + dropout(s), g, b, eps=1e-6), arrays, backend)
+              rng.standard_normal(8), rng.standard_normal(8)] + ([rng.standard_normal(8)] if with_bias else [])
+    dropout = (lambda s: s) if p == 0 else (lambda s: Dropout.apply(s, p=p, seed=7, time_major=time_major))
+    twice = mt.tensor(rng.standard_normal((3, 5, 8)), dtype="float64", backend=backend)
+
+    def fused(x, s, g, b, *bias):
+        y = DropoutAddLayerNorm.apply(x, s, g, b, *bias, eps=1e-6, p=p, seed=7, time_major=time_major)
+        return y * twice + y
+
+    def composed(x, s, g, b, *bias):
+        y = LayerNorm.apply(x + dropout(s + bias[0] if bias else s), g, b, eps=1e-6)
+        return y * twice + y
+
+    check_same(fused, composed, arrays, backend)
 
 
 @pytest.mark.parametrize("p", [0.0, 0.25])

@@ -13,7 +13,8 @@ a few steps both ways:
                          in attention.py): one op each way instead of twelve; time-major tokens,
                          so no head split or merge is a copy
     DropoutAddLayerNorm  the post-norm sub-layer connection LayerNorm(x + Dropout(Sublayer(x)))
-                         of §3.1 and §5.4 (twin: SublayerConnection's composed branch in layers.py)
+                         of §3.1 and §5.4, the bias of the sub-layer's last Linear included (twin:
+                         SublayerConnection's composed branch in layers.py): one kernel each way
 
 Why fuse at all: a base-model step has ~430 graph ops composed and ~170 fused; on a GPU
 each op is at least one kernel launch and a Python call, and fewer ops keep fewer
@@ -24,7 +25,7 @@ from __future__ import annotations
 import math
 
 from minitensor import Function
-from minitensor.functions import inverted_dropout, layer_norm_backward, layer_norm_forward
+from minitensor.functions import inverted_dropout
 
 
 class Attention(Function):
@@ -123,24 +124,35 @@ def product_into(backend, a, b, out, heads: int, time_major: bool) -> None:
 
 
 class DropoutAddLayerNorm(Function):
-    """y = LayerNorm(x + Dropout_p(s)): the paper's sub-layer connection in one Function (§3.1, §5.4).
+    """y = LayerNorm(x + Dropout_p(s + b)): the paper's sub-layer connection in one Function (§3.1, §5.4).
 
-    x is the residual stream, s the sub-layer's output ("we apply dropout to the output
-    of each sub-layer, before it is added to the sub-layer input and normalized", §5.4).
-    One op instead of three (dropout, add, layernorm), each way. Backward: dz from the
-    layernorm kernel for z = x + Dropout_p(s), then dx = dz and ds = Dropout_p(dz) with
-    the same mask, regenerated from the seed. γ, β may be float32 masters under half-precision
-    activations (read as they are; their gradients come back in float32).
+    x is the residual stream, s the sub-layer's output ("we apply dropout to the output of each
+    sub-layer, before it is added to the sub-layer input and normalized", §5.4) and b, an optional
+    fifth input, the bias of the sub-layer's last Linear (W^O or W₂), added here instead of by
+    the product (SublayerConnection sets that Linear's add_bias to False). One kernel each way
+    (the backward's column sums are a second, small one), instead of a bias fill, dropout, add and
+    LayerNorm forward and dropout, LayerNorm's two and a gradient add backward. Backward: dz from
+    LayerNorm's backward for z = x + Dropout_p(s + b), then dx = dz, ds = Dropout_p(dz) with the
+    same mask (regenerated from the seed), db = Σ_rows ds. y feeds both the next sub-layer and the
+    residual stream, so its gradient comes in two parts, which the kernel adds as it reads them
+    (sums_grad_out). γ, β may be float32 masters under half-precision activations (read as they
+    are; their gradients, and b's, come back in float32). `half`: the optimizer's copy of b in x's
+    dtype; `time_major`: x is (T, B, D), masked as its (B, T, D) transpose would be.
     """
 
-    @staticmethod
-    def forward(ctx, x, s, gamma, beta, *, eps, p=0.0, seed=None, time_major=False):
-        z = ctx.backend.add(x, inverted_dropout(ctx.backend, s, p, seed, time_major))   # x + Dropout(Sublayer(x))
-        return layer_norm_forward(ctx, z, gamma, beta, eps)                   # §3.1: LayerNorm(...)
+    sums_grad_out = True
 
     @staticmethod
-    def backward(ctx, grad_out):
-        dz, dgamma, dbeta = layer_norm_backward(ctx, grad_out)
-        params = ctx.params
-        ds = inverted_dropout(ctx.backend, dz, params["p"], params["seed"], params["time_major"])   # the same mask
-        return dz, ds, dgamma, dbeta
+    def forward(ctx, x, s, gamma, beta, *bias, eps, p=0.0, seed=None, time_major=False, half=None):
+        b = (ctx.backend.cast(bias[0], x.dtype) if half is None else half) if bias else None
+        y, z, mean, rstd = ctx.backend.dropout_add_layernorm(x, s, b, gamma, beta, eps, p, seed, time_major)
+        ctx.save_for_backward(z, gamma, mean, rstd)                           # §3.1: LayerNorm(x + Dropout(...))
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_outs):
+        z, gamma, mean, rstd = ctx.saved
+        params, with_bias = ctx.params, len(ctx.needs_input_grad) == 5
+        dx, ds, dgamma, dbeta, dbias = ctx.backend.dropout_add_layernorm_grad(
+            grad_outs, z, gamma, mean, rstd, params["p"], params["seed"], params["time_major"], with_bias)
+        return (dx, ds, dgamma, dbeta, dbias) if with_bias else (dx, ds, dgamma, dbeta)

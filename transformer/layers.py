@@ -30,14 +30,20 @@ class SublayerConnection(nn.Module):
     # DEVIATION(§3.1): "pre" normalises the sub-layer input instead of the sum (as the Annotated
     # Transformer and most later models do); it trains deeper stacks without warm-up tricks. The
     # stacks then end with one more LayerNorm. Default is the paper's "post".
-    With config.impl = "fused", post-norm runs as one Function (fused.DropoutAddLayerNorm).
+    With config.impl = "fused", post-norm runs as one Function (fused.DropoutAddLayerNorm), which
+    also adds the bias of the sub-layer's last Linear, `output` (W^O, W₂): that Linear then leaves
+    it out (add_bias = False), so no kernel of its own fills or sums it.
     """
 
-    def __init__(self, config: TransformerConfig, rng: np.random.Generator):
+    def __init__(self, config: TransformerConfig, rng: np.random.Generator, output: nn.Linear | None = None):
         super().__init__()
         self.pre_norm, self.fused = config.norm == "pre", config.impl == "fused"
         self.norm = nn.LayerNorm(config.d_model, eps=config.layernorm_eps)
         self.dropout = nn.Dropout(config.p_drop, rng=rng)
+        folds_bias = self.fused and not self.pre_norm and output is not None
+        if folds_bias:
+            output.add_bias = False
+        object.__setattr__(self, "output", output if folds_bias else None)   # a reference: the sub-layer owns it
 
     def forward(self, x: mt.Tensor, sublayer):
         """sublayer: (B, T, D) -> ((B, T, D), aux). Returns (output (B, T, D), aux)."""
@@ -47,8 +53,10 @@ class SublayerConnection(nn.Module):
         out, aux = sublayer(x)
         if self.fused:                                             # the same line as one op (fused.py)
             p, seed = self.dropout.draw()
-            return DropoutAddLayerNorm.apply(x, out, self.norm.gamma, self.norm.beta, eps=self.norm.eps,
-                                             p=p, seed=seed, time_major=True), aux
+            bias = () if self.output is None else (self.output.bias,)    # W^O's or W₂'s, added here
+            half = self.output.bias.half(x.dtype) if bias else None
+            return DropoutAddLayerNorm.apply(x, out, self.norm.gamma, self.norm.beta, *bias, eps=self.norm.eps,
+                                             p=p, seed=seed, time_major=True, half=half), aux
         return self.norm(x + self.dropout(out)), aux               # §3.1, §5.4: LayerNorm(x + Dropout(Sublayer(x)))
 
 
@@ -68,7 +76,8 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.self_attn = _attention(config, rng)
         self.feed_forward = _feed_forward(config, rng)
-        self.sublayers = nn.ModuleList([SublayerConnection(config, rng) for _ in range(2)])
+        self.sublayers = nn.ModuleList([SublayerConnection(config, rng, output)
+                                        for output in (self.self_attn.w_o, self.feed_forward.w_2)])
 
     def forward(self, x: mt.Tensor, src_mask):
         """x (B, S, D), src_mask (B, 1, 1, S) -> (x (B, S, D), self-attention weights (B, H, S, S))."""
@@ -85,7 +94,8 @@ class DecoderLayer(nn.Module):
         self.self_attn = _attention(config, rng)
         self.cross_attn = _attention(config, rng)
         self.feed_forward = _feed_forward(config, rng)
-        self.sublayers = nn.ModuleList([SublayerConnection(config, rng) for _ in range(3)])
+        self.sublayers = nn.ModuleList([SublayerConnection(config, rng, output) for output in
+                                        (self.self_attn.w_o, self.cross_attn.w_o, self.feed_forward.w_2)])
 
     def forward(self, x, memory, src_mask, tgt_mask, layer_cache: "LayerCache | None" = None):
         """x (B, T, D), memory (B, S, D) -> (x (B, T, D), self weights (B, H, T, P+T), cross weights (B, H, T, S)).

@@ -19,7 +19,7 @@ from ..dtypes import BF16, is_half
 # The fused kernels every backend provides, one folder each under minitensor/kernels/.
 KERNELS = ("softmax_forward", "softmax_backward", "layernorm_forward", "layernorm_backward",
            "cross_entropy_forward", "adam_step", "embedding_backward", "dropout_forward", "bf16_cast",
-           "bias_relu_forward", "bias_backward")
+           "bias_relu_forward", "bias_backward", "dropout_add_layernorm_forward", "dropout_add_layernorm_backward")
 
 
 class Backend:
@@ -102,10 +102,46 @@ class Backend:
         time_major: x is (T, B, ...) and gets the draws of its (B, T, ...) transpose, so that each
         element's mask depends on its sentence, position and feature, not on the layout.
         """
+        return self.dropout_forward(x, self.draws(seed, x.shape, time_major), p)
+
+    def draws(self, seed: int, shape, time_major: bool = False):
+        """uniform(seed, shape) as dropout reads it: time_major, those of the (B, T, ...) transpose, swapped back."""
         if not time_major:
-            return self.dropout_forward(x, self.uniform(seed, x.shape, "float32"), p)
-        u = self.uniform(seed, (x.shape[1], x.shape[0]) + x.shape[2:], "float32")   # (B, T, ...)
-        return self.dropout_forward(x, self.xp.swapaxes(u, 0, 1), p)
+            return self.uniform(seed, shape, "float32")
+        return self.xp.swapaxes(self.uniform(seed, (shape[1], shape[0]) + tuple(shape[2:]), "float32"), 0, 1)
+
+    def dropout_add_layernorm(self, x, s, bias, gamma, beta, eps, p, seed, time_major=False):
+        """(y, z, mean, rstd) of z = x + Dropout_p(s + bias), y = LayerNorm(z) (§3.1, §5.4), the mask that of
+        dropout(seed): the dropout_add_layernorm_forward kernel with those draws."""
+        u = self.draws(seed, x.shape, time_major) if p > 0.0 else None
+        return self.dropout_add_layernorm_forward(x, s, u, p, bias, gamma, beta, eps)
+
+    def dropout_add_layernorm_grad(self, dys, z, gamma, mean, rstd, p, seed, time_major, with_bias):
+        """(dx, ds, dgamma, dbeta, dbias) of dropout_add_layernorm, dys the gradients of y (their sum is
+        taken in the kernel, two at a time at most: more are added first)."""
+        dys = tuple(dys)
+        while len(dys) > 2:
+            dys = (self.add(dys[0], dys[1]), *dys[2:])
+        u = self.draws(seed, z.shape, time_major) if p > 0.0 else None
+        return self.dropout_add_layernorm_backward(dys, z, u, p, gamma, mean, rstd, with_bias)
+
+    def unfused_dropout_add_layernorm(self, x, s, bias, gamma, beta, eps, p, seed, time_major=False):
+        """dropout_add_layernorm from the unfused kernels (bias add, dropout, add, LayerNorm): for rows too wide
+        for the fused one. Half precision rounds after each step here, once there."""
+        d = s if bias is None else self.add(s, self.cast(bias, s.dtype))
+        z = self.add(x, self.dropout(d, p, seed, time_major) if p > 0.0 else d)
+        y, mean, rstd = self.layernorm_forward(z, gamma, beta, eps)
+        return y, z, mean, rstd
+
+    def unfused_dropout_add_layernorm_grad(self, dys, z, gamma, mean, rstd, p, seed, time_major, with_bias):
+        """dropout_add_layernorm_grad from the unfused kernels (see unfused_dropout_add_layernorm)."""
+        dy = dys[0]
+        for other in dys[1:]:
+            dy = self.add(dy, other)
+        dx, dgamma, dbeta = self.layernorm_backward(dy, z, gamma, mean, rstd)
+        ds = self.dropout(dx, p, seed, time_major) if p > 0.0 else dx
+        dbias = self.bias_backward(ds.reshape(-1, ds.shape[-1]), None, gamma.dtype)[1] if with_bias else None
+        return dx, ds, dgamma, dbeta, dbias
 
     def stacked(self, arrays):
         """One (n, *shape) array of n equally shaped arrays: a read-only view when they lie equally spaced in
@@ -166,6 +202,14 @@ class Backend:
 
     def bf16_cast(self, x, dtype):
         """x float -> bf16 bits (dtype uint16, nearest even), or bf16 bits -> float dtype (exact)."""
+        raise NotImplementedError
+
+    def dropout_add_layernorm_forward(self, x, s, u, p, bias, gamma, beta, eps):
+        """(y, z, mean, rstd): z = x + Dropout(s + bias) with draws u (None when p = 0), y = LayerNorm(z)."""
+        raise NotImplementedError
+
+    def dropout_add_layernorm_backward(self, dys, z, u, p, gamma, mean, rstd, with_bias):
+        """(dx, ds, dgamma, dbeta, dbias) of dropout_add_layernorm_forward; dys: one or two gradients of y."""
         raise NotImplementedError
 
     def bias_relu_forward(self, x, bias):

@@ -51,6 +51,7 @@ from . import cupy_blas
 from .base import KERNELS
 from .launch_costs import (CONCAT_SINGLE_KERNEL, FREE_FUNCTIONS, LAUNCHER_COST, LaunchCounts, arrays_in,
                            contiguous_copies, footprint, matmul_launches, plain)
+from ..kernels.dropout_add_layernorm_forward.cupy_launch import fits
 from .numpy_backend import NumpyBackend
 
 
@@ -292,7 +293,8 @@ class CountingBackend(NumpyBackend):
         (HostOnlyBackend: empty arrays of the right shapes)."""
         inputs = plain(list(args) + list(kwargs.values()))
         result = reference(*plain(args), **{k: plain(v) for k, v in kwargs.items()})
-        for array in arrays_in(result):
+        made = {id(a): a for a in arrays_in(result)}                   # an output returned twice is one array
+        for array in made.values():
             if not any(np.may_share_memory(array, a) for a in arrays_in(inputs)):   # in place: nothing made
                 self.counts.allocate(array)
         return self._device(result)
@@ -321,6 +323,33 @@ class CountingBackend(NumpyBackend):
         y = self.run_kernel(lambda x: self.reference.dropout(x, p, seed, time_major), (x,), {}, "dropout_forward")
         self.counts.launch("kernel dropout (seeded)", 1 + contiguous_copies(x), footprint(x) + y.nbytes)
         return y
+
+    def dropout_add_layernorm(self, x, s, bias, gamma, beta, eps, p, seed, time_major=False):
+        """CupyBackend: one kernel drawing the mask inline (rows of at most 1024); the values: NumpyBackend's."""
+        if not fits(x.shape[-1]):
+            return self.unfused_dropout_add_layernorm(x, s, bias, gamma, beta, eps, p, seed, time_major)
+        reference = self.reference.dropout_add_layernorm
+        return self._seeded("dropout_add_layernorm_forward", (x, s, None, p, bias, gamma, beta, eps),
+                            lambda x, s, u, p, bias, gamma, beta, eps:
+                            reference(x, s, bias, gamma, beta, eps, p, seed, time_major))
+
+    def dropout_add_layernorm_grad(self, dys, z, gamma, mean, rstd, p, seed, time_major, with_bias):
+        dys = tuple(dys)
+        while len(dys) > 2:
+            dys = (self.add(dys[0], dys[1]), *dys[2:])
+        if not fits(z.shape[-1]):
+            return self.unfused_dropout_add_layernorm_grad(dys, z, gamma, mean, rstd, p, seed, time_major, with_bias)
+        reference = self.reference.dropout_add_layernorm_grad
+        return self._seeded("dropout_add_layernorm_backward", (dys, z, None, p, gamma, mean, rstd, with_bias),
+                            lambda dys, z, u, p, gamma, mean, rstd, with_bias:
+                            reference(dys, z, gamma, mean, rstd, p, seed, time_major, with_bias))
+
+    def _seeded(self, op, args, compute):
+        """A kernel that draws its mask inline (no u array): counted as its launcher runs it, values by compute."""
+        result = self.run_kernel(compute, args, {}, op)
+        moved = sum(footprint(a) for a in arrays_in(list(args)) + arrays_in(result))
+        self.counts.launch(f"kernel {op} (seeded)", LAUNCHER_COST[op](*args), moved)
+        return result
 
     def add(self, a, b):
         if a.dtype != BF16:

@@ -11,6 +11,8 @@ import cupyx
 
 from ..dtypes import BF16
 from ..kernels.cupy_launcher import COMMON_HEADER, KERNELS_DIR
+from ..kernels.dropout_add_layernorm_backward.cupy_launch import dropout_add_layernorm_backward_seeded
+from ..kernels.dropout_add_layernorm_forward.cupy_launch import dropout_add_layernorm_forward_seeded, fits
 from ..kernels.dropout_forward.cupy_launch import dropout_seeded
 from . import cupy_blas
 from .base import Backend, kernels_from
@@ -66,6 +68,20 @@ class CupyBackend(Backend):
     def dropout(self, x, p: float, seed: int, time_major: bool = False):
         """One kernel that draws uniform(seed)'s numbers inline: no array of draws is made."""
         return dropout_seeded(x, seed, p, time_major)
+
+    def dropout_add_layernorm(self, x, s, bias, gamma, beta, eps, p, seed, time_major=False):
+        """One kernel that draws the mask inline (rows of at most 1024; wider ones: dropout, add, LayerNorm)."""
+        if not fits(x.shape[-1]):
+            return self.unfused_dropout_add_layernorm(x, s, bias, gamma, beta, eps, p, seed, time_major)
+        return dropout_add_layernorm_forward_seeded(x, s, seed, p, bias, gamma, beta, eps, time_major)
+
+    def dropout_add_layernorm_grad(self, dys, z, gamma, mean, rstd, p, seed, time_major, with_bias):
+        dys = tuple(dys)
+        while len(dys) > 2:
+            dys = (self.add(dys[0], dys[1]), *dys[2:])
+        if not fits(z.shape[-1]):
+            return self.unfused_dropout_add_layernorm_grad(dys, z, gamma, mean, rstd, p, seed, time_major, with_bias)
+        return dropout_add_layernorm_backward_seeded(dys, z, seed, p, gamma, mean, rstd, with_bias, time_major)
 
     def add(self, a, b):
         """a + b rounded once to a's dtype; bf16 in one kernel (CuPy's own + sums float16 in float32)."""

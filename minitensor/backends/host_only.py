@@ -259,9 +259,13 @@ class HostOnlyBackend(CountingBackend):
         spec = _OUTPUTS[op](*args, **kwargs)
         if spec is None or isinstance(spec, np.ndarray):                # nothing, or an input written in place
             return spec
-        if isinstance(spec, list):
-            return tuple(a if isinstance(a, np.ndarray) else self.xp.empty(*a) for a in spec)
-        return self.xp.empty(*spec)
+        if not isinstance(spec, list):
+            return self.xp.empty(*spec)
+        outputs = []
+        for item in spec:   # (shape, dtype): a new array; an array: that input; k: output k again; None: None
+            new = item is not None and not isinstance(item, (int, np.ndarray))
+            outputs.append(self.xp.empty(*item) if new else outputs[item] if isinstance(item, int) else item)
+        return tuple(outputs)
 
     def scatter_add(self, target, index, values) -> None:
         self.counts.launch("scatter_add", 1, footprint(values) + footprint(target))
@@ -280,7 +284,8 @@ def _acc(a):
     return np.float64 if a.dtype == np.float64 else np.float32
 
 
-_OUTPUTS = {   # kernel -> its output: (shape, dtype), an input it writes in place, a list of those, or None
+_OUTPUTS = {   # kernel -> its output: (shape, dtype), an input it writes in place, None, or a list of those
+               # (where k stands for output k once more)
     "softmax_forward": lambda x, scale, mask: (x.shape, x.dtype),
     "softmax_backward": lambda y, dy, scale: (y.shape, y.dtype),
     "layernorm_forward": lambda x, gamma, beta, eps: [(x.shape, x.dtype)] + [(x.shape[:-1], _acc(x))] * 2,
@@ -295,5 +300,10 @@ _OUTPUTS = {   # kernel -> its output: (shape, dtype), an input it writes in pla
     "bias_relu_forward": lambda x, bias: x,
     "bias_backward": lambda dy, relu_out, dtype: [dy if relu_out is None else (dy.shape, dy.dtype),
                                                   (dy.shape[:-2] + dy.shape[-1:], dtype)],
+    "dropout_add_layernorm_forward": lambda x, s, u, p, bias, gamma, beta, eps:
+        [(x.shape, x.dtype)] * 2 + [(x.shape[:-1], _acc(x))] * 2,
+    "dropout_add_layernorm_backward": lambda dys, z, u, p, gamma, mean, rstd, with_bias:
+        [(z.shape, z.dtype), 0 if p == 0.0 else (z.shape, z.dtype)] + [(gamma.shape, gamma.dtype)] * 2
+        + [(gamma.shape, gamma.dtype) if with_bias else None],
 }
 assert set(KERNELS) <= set(_OUTPUTS), "every kernel needs its output rule here"

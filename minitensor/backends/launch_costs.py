@@ -135,4 +135,10 @@ LAUNCHER_COST = {
     "bias_relu_forward": lambda x, bias: 1 + (np.dtype(bias.dtype) not in (np.dtype(x.dtype), np.dtype(np.float32))),
     "bias_backward": lambda dy, relu_out, dtype: 1 + contiguous_copies(dy, relu_out)
     + (np.dtype(dtype) != np.dtype(_acc(dy))),                  # kernel, cast of the sums
+    "dropout_add_layernorm_forward": lambda x, s, u, p, bias, gamma, beta, eps: 1 + contiguous_copies(x)
+    + _cast(s, x.dtype) + (bias is not None and _cast(bias, x.dtype)) + _cast(gamma, _acc(x)) + _cast(beta, _acc(x))
+    + (p > 0 and u is not None and _cast(u, np.float32)),
+    "dropout_add_layernorm_backward": lambda dys, z, u, p, gamma, mean, rstd, with_bias: 2 + contiguous_copies(z)
+    + sum(_cast(d, z.dtype) for d in dys) + _cast(gamma, _acc(z)) + (p > 0 and u is not None and _cast(u, np.float32))
+    + 3 * (np.dtype(gamma.dtype) != np.dtype(_acc(z))),         # rows, then columns (, casts of the sums)
 }

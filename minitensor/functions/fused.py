@@ -174,24 +174,14 @@ class LayerNorm(Function):
 
     @staticmethod
     def forward(ctx, x, gamma, beta, *, eps):
-        return layer_norm_forward(ctx, x, gamma, beta, eps)
+        y, mean, rstd = ctx.backend.layernorm_forward(x, gamma, beta, eps)
+        ctx.save_for_backward(x, gamma, mean, rstd)
+        return y
 
     @staticmethod
     def backward(ctx, grad_out):
-        return layer_norm_backward(ctx, grad_out)
-
-
-def layer_norm_forward(ctx, x, gamma, beta, eps):
-    """LayerNorm's forward inside any Function that normalises; saves what the backward needs."""
-    y, mean, rstd = ctx.backend.layernorm_forward(x, gamma, beta, eps)
-    ctx.save_for_backward(x, gamma, mean, rstd)
-    return y
-
-
-def layer_norm_backward(ctx, grad_out):
-    """(dx, dγ, dβ) for a forward done by layer_norm_forward; dγ, dβ in the parameters' own dtype."""
-    x, gamma, mean, rstd = ctx.saved
-    return ctx.backend.layernorm_backward(grad_out, x, gamma, mean, rstd)
+        x, gamma, mean, rstd = ctx.saved
+        return ctx.backend.layernorm_backward(grad_out, x, gamma, mean, rstd)   # dγ, dβ in the parameters' dtype
 
 
 class CrossEntropy(Function):

@@ -26,12 +26,13 @@ class Linear(Module):
         self.in_features, self.out_features = in_features, out_features
         self.weight = Parameter(init.xavier_uniform((in_features, out_features), _rng(rng)))
         self.bias = Parameter(init.zeros((out_features,))) if bias else None
+        self.add_bias = True   # False: the op that reads the output adds the bias (a fused one on its way)
 
     def forward(self, x: Tensor, relu: bool = False) -> Tensor:
         """x W + b; relu: max(0, x W + b) as one Function (F.LinearReLU; needs the bias)."""
         if x.shape[-1] != self.in_features:
             raise ValueError(f"Linear({self.in_features}, {self.out_features}) got input of shape {x.shape}")
-        params = (self.weight,) if self.bias is None else (self.weight, self.bias)
+        params = (self.weight,) if self.bias is None or not self.add_bias else (self.weight, self.bias)
         half = tuple(p.half(x.dtype) for p in params)    # the optimizer's copies in x's dtype, if any
         half = half if all(h is not None for h in half) else None
         function = F.LinearReLU if relu else F.Linear

@@ -26,15 +26,6 @@ __global__ void dropout_forward_v1(T* __restrict__ y, const T* __restrict__ x, c
     store(y[i], to_f64(load(u[i])) >= p_u ? load(x[i]) * keep_scale : A(0));
 }
 
-// u_i = top 24 bits of SplitMix64(seed + (i + 1) * golden ratio) / 2^24, as CupyBackend.uniform
-__device__ __forceinline__ float splitmix_uniform(unsigned long long seed, long long i) {
-    unsigned long long z = seed + (unsigned long long)(i + 1) * 0x9E3779B97F4A7C15ULL;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    z = z ^ (z >> 31);
-    return (float)(z >> 40) * (1.0f / 16777216.0f);
-}
-
 // The rows of a time-major (T, B, W) x, W = the trailing axes: element (t, b, w) draws the number of
 // element (b, t, w) of its (B, T, W) transpose, so a mask does not depend on the layout. Rows run
 // down a 2-d grid, so the row's place in the transpose is found once per row, not per element.
