@@ -69,4 +69,5 @@ def dropout_add_layernorm_backward(dys, z, u, p, gamma, mean, rstd, with_bias):
                       np.ascontiguousarray(mean, dtype=np.float64).reshape(-1),
                       np.ascontiguousarray(rstd, dtype=np.float64).reshape(-1), num_chunks, dx, ds, sums)
     dgamma, dbeta, dbias = (sums[k].astype(gamma.dtype) for k in range(3))
-    return dx.reshape(z.shape), ds.reshape(z.shape), dgamma, dbeta, dbias if with_bias else None
+    dx = dx.reshape(z.shape)
+    return dx, dx if p == 0.0 else ds.reshape(z.shape), dgamma, dbeta, dbias if with_bias else None
