@@ -56,10 +56,14 @@ class Context:
         self.function = function
         self.backend = backend            # backward does its math through this
         self.params = params              # forward's keyword arguments
-        self.needs_input_grad = tuple(t.requires_grad for t in inputs)
-        self.parents = tuple((t if t._ctx is None else t._ctx) if t.requires_grad else None for t in inputs)
-        self.input_shapes = tuple(t.data.shape for t in inputs)
-        self.input_dtypes = tuple(t.data.dtype for t in inputs)
+        needs, parents, shapes, dtypes = [], [], [], []
+        for t in inputs:                  # one pass: a step builds a few hundred of these
+            needs.append(t.requires_grad)
+            parents.append((t if t._ctx is None else t._ctx) if t.requires_grad else None)
+            shapes.append(t.data.shape)
+            dtypes.append(t.data.dtype)
+        self.needs_input_grad, self.parents = tuple(needs), tuple(parents)
+        self.input_shapes, self.input_dtypes = tuple(shapes), tuple(dtypes)
         self.saved = ()
         self.consumed = False
 
@@ -107,7 +111,7 @@ class Function:
                     f"{cls.__name__}: inputs live on different backends "
                     f"({backend.name} and {t.backend.name}); move them with .to() first")
         ctx = Context(cls, inputs, backend, {**cls.defaults, **params} if cls.defaults else params)
-        result = cls.forward(ctx, *(t.data for t in inputs), **params)
+        result = cls.forward(ctx, *[t.data for t in inputs], **params)
         out, aux = result if cls.has_aux else (result, None)
         requires_grad = _grad_enabled and any(ctx.needs_input_grad)
         tensor = Tensor._wrap(out, backend, requires_grad, ctx if requires_grad else None)
@@ -131,7 +135,7 @@ def toposort(root) -> list:
             continue
         visited.add(id(node))
         stack.append((node, True))
-        for parent in getattr(node, "parents", ()):        # leaf Tensors have no parents
+        for parent in (node.parents if type(node) is Context else ()):   # leaf Tensors have no parents
             if parent is not None and id(parent) not in visited:
                 stack.append((parent, False))
     return order

@@ -145,7 +145,15 @@ class Backend:
 
     def stacked(self, arrays):
         """One (n, *shape) array of n equally shaped arrays: a read-only view when they lie equally spaced in
-        one buffer (parameters in the optimizer's flat buffers do), else a copy (xp.stack)."""
+        one buffer (parameters in the optimizer's flat buffers do), else a copy (xp.stack).
+
+        The view of the same arrays (the same objects, as a training step passes its weights each step)
+        is made once and kept on the backend: a step asks for a few dozen.
+        """
+        views = vars(self).setdefault("_stacked_views", {})
+        key = tuple(map(id, arrays))
+        if key in views and all(a is b for a, b in zip(views[key][0], arrays)):
+            return views[key][1]
         first, n = arrays[0], len(arrays)
         if n > 1 and all(a.shape == first.shape and a.strides == first.strides and a.dtype == first.dtype
                          for a in arrays):
@@ -153,7 +161,9 @@ class Backend:
             step = places[1][1] - places[0][1]
             if (step >= first.nbytes and first.flags.c_contiguous and all(buffer is places[0][0] for buffer, _ in places)
                     and all(b[1] - a[1] == step for a, b in zip(places, places[1:]))):
-                return self.as_strided(first, (n,) + first.shape, (step,) + first.strides)
+                view = self.as_strided(first, (n,) + first.shape, (step,) + first.strides)
+                views[key] = (tuple(arrays), view)          # the arrays kept too: their ids stay theirs
+                return view
         return self.xp.stack(arrays)
 
     @staticmethod

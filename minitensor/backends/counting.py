@@ -50,7 +50,7 @@ from ..kernels.bf16_cast.reference import bf16_to_float32, float_to_bf16
 from . import cupy_blas
 from .base import KERNELS
 from .launch_costs import (CONCAT_SINGLE_KERNEL, FREE_FUNCTIONS, LAUNCHER_COST, LaunchCounts, arrays_in,
-                           contiguous_copies, footprint, matmul_launches, plain)
+                           contiguous_copies, matmul_launches, plain)
 from ..kernels.dropout_add_layernorm_forward.cupy_launch import fits
 from .numpy_backend import NumpyBackend
 
@@ -64,13 +64,14 @@ class DeviceArray(np.ndarray):
     counts: LaunchCounts
 
     def _wrap(self, result, launches=0, kind="copy", nbytes=0):
-        self.counts.launch(kind, launches, nbytes)
+        if launches:
+            self.counts.launch(kind, launches, nbytes)
         if isinstance(result, np.generic):                       # CuPy returns 0-d arrays, not scalars
             result = np.asarray(result)
         if isinstance(result, np.ndarray):
             if launches:
                 self.counts.allocate(result)
-            return result.view(type(self))
+            return result if type(result) is type(self) else result.view(type(self))
         return result
 
     def __array_ufunc__(self, ufunc, method, *inputs, out=None, **kwargs):
@@ -82,9 +83,9 @@ class DeviceArray(np.ndarray):
             n = 1
         result = getattr(ufunc, method)(*plain(inputs), **kwargs)
         kind = f"{'ufunc' if method == '__call__' else method} {ufunc.__name__}"
-        moved = sum(footprint(a) for a in arrays_in(inputs))
+        moved = self.counts.moved(inputs)
         if out is not None:
-            self.counts.launch(kind, n, moved + sum(footprint(o) for o in out))
+            self.counts.launch(kind, n, moved + self.counts.moved(out))
             return out[0] if len(out) == 1 else out
         if isinstance(result, tuple):
             self.counts.launch(kind, n, moved + sum(r.nbytes for r in result))
@@ -102,11 +103,11 @@ class DeviceArray(np.ndarray):
         if same and not copy:
             return self
         result = self.view(np.ndarray).astype(dtype, order=order, casting=casting)
-        return self._wrap(result, 1, "astype", footprint(self) + result.nbytes)
+        return self._wrap(result, 1, "astype", self.counts.moved(self) + result.nbytes)
 
     def copy(self, order="C"):
         result = self.view(np.ndarray).copy(order=order)
-        return self._wrap(result, 1, "copy", footprint(self) + result.nbytes)
+        return self._wrap(result, 1, "copy", self.counts.moved(self) + result.nbytes)
 
     def reshape(self, *shape, **kwargs):
         plain_self = self.view(np.ndarray)
@@ -123,11 +124,11 @@ class DeviceArray(np.ndarray):
 
     def dot(self, other, out=None):
         result = self.view(np.ndarray).dot(plain(other))
-        return self._wrap(result, 1, "dot", footprint(self) + footprint(other) + np.asarray(result).nbytes)
+        return self._wrap(result, 1, "dot", self.counts.moved(self, other) + np.asarray(result).nbytes)
 
     def argmax(self, *args, **kwargs):
         result = self.view(np.ndarray).argmax(*args, **kwargs)
-        return self._wrap(result, 1, "argmax", footprint(self))
+        return self._wrap(result, 1, "argmax", self.counts.moved(self))
 
     def cumsum(self, *args, **kwargs):
         return self._wrap(self.view(np.ndarray).cumsum(*args, **kwargs), 1, "cumsum", 2 * self.nbytes)
@@ -144,7 +145,7 @@ class DeviceArray(np.ndarray):
 
     def __setitem__(self, index, value):
         target = self.view(np.ndarray)[plain(index)]
-        self.counts.launch("setitem", 1, np.asarray(target).nbytes + footprint(value))
+        self.counts.launch("setitem", 1, np.asarray(target).nbytes + self.counts.moved(value))
         self.view(np.ndarray)[plain(index)] = plain(value)
 
     # --- reading on the host: syncs -------------------------------------------------------
@@ -181,7 +182,7 @@ def function_launches(name, args, kwargs, result, counts) -> tuple[int, str, int
     inputs = arrays_in(args) + arrays_in(list(kwargs.values()))
     if name in FREE_FUNCTIONS or not isinstance(result, np.ndarray):
         return 0, f"function {name}", 0
-    moved = sum(footprint(a) for a in inputs) + result.nbytes
+    moved = counts.moved(inputs) + result.nbytes
     if name == "concatenate":
         joined = arrays_in(args[0])
         limit, size = CONCAT_SINGLE_KERNEL
@@ -257,7 +258,7 @@ def counted_kernels(cls):
 def _counted_kernel(op, reference):
     def kernel(self, *args, **kwargs):
         result = self.run_kernel(reference, args, kwargs, op)
-        moved = sum(footprint(a) for a in arrays_in(list(args) + list(kwargs.values())) + arrays_in(result))
+        moved = self.counts.moved(args, list(kwargs.values()), result)
         self.counts.launch(f"kernel {op}", LAUNCHER_COST[op](*args, **kwargs), moved)
         return result
 
@@ -293,7 +294,7 @@ class CountingBackend(NumpyBackend):
         (HostOnlyBackend: empty arrays of the right shapes)."""
         inputs = plain(list(args) + list(kwargs.values()))
         result = reference(*plain(args), **{k: plain(v) for k, v in kwargs.items()})
-        made = {id(a): a for a in arrays_in(result)}                   # an output returned twice is one array
+        made = {id(a): a for a in arrays_in(result)} if self.counts.detailed else {}   # one array returned twice: one
         for array in made.values():
             if not any(np.may_share_memory(array, a) for a in arrays_in(inputs)):   # in place: nothing made
                 self.counts.allocate(array)
@@ -308,7 +309,7 @@ class CountingBackend(NumpyBackend):
         return np.asarray(array)
 
     def scatter_add(self, target, index, values) -> None:
-        self.counts.launch("scatter_add", 1, footprint(values) + footprint(target))
+        self.counts.launch("scatter_add", 1, self.counts.moved(values, target))
         np.add.at(target.view(np.ndarray), plain(index), plain(values))
 
     def uniform(self, seed: int, shape, dtype):
@@ -321,7 +322,7 @@ class CountingBackend(NumpyBackend):
     def dropout(self, x, p: float, seed: int, time_major: bool = False):
         """CupyBackend: one kernel that draws inline (no array of draws); the values: NumpyBackend's."""
         y = self.run_kernel(lambda x: self.reference.dropout(x, p, seed, time_major), (x,), {}, "dropout_forward")
-        self.counts.launch("kernel dropout (seeded)", 1 + contiguous_copies(x), footprint(x) + y.nbytes)
+        self.counts.launch("kernel dropout (seeded)", 1 + contiguous_copies(x), self.counts.moved(x) + y.nbytes)
         return y
 
     def dropout_add_layernorm(self, x, s, bias, gamma, beta, eps, p, seed, time_major=False):
@@ -347,7 +348,7 @@ class CountingBackend(NumpyBackend):
     def _seeded(self, op, args, compute):
         """A kernel that draws its mask inline (no u array): counted as its launcher runs it, values by compute."""
         result = self.run_kernel(compute, args, {}, op)
-        moved = sum(footprint(a) for a in arrays_in(list(args)) + arrays_in(result))
+        moved = self.counts.moved(args, result)
         self.counts.launch(f"kernel {op} (seeded)", LAUNCHER_COST[op](*args), moved)
         return result
 
@@ -356,13 +357,13 @@ class CountingBackend(NumpyBackend):
             return a + b                                          # one ufunc
         y = self.run_kernel(lambda a, b: float_to_bf16(bf16_to_float32(a) + bf16_to_float32(b)), (a, b), {},
                             "bf16 add")
-        self.counts.launch("kernel bf16 add", 1, footprint(a) + footprint(b) + y.nbytes)   # one elementwise kernel
+        self.counts.launch("kernel bf16 add", 1, self.counts.moved(a, b) + y.nbytes)   # one elementwise kernel
         return y
 
     def scale(self, x, factor):
         if x.dtype != BF16:
             return super().scale(x, factor)
-        self.counts.launch("kernel bf16 scale", 1, 2 * footprint(x) + footprint(factor))   # CupyBackend: one kernel
+        self.counts.launch("kernel bf16 scale", 1, 2 * self.counts.moved(x) + self.counts.moved(factor))   # CupyBackend: one kernel
         if self.computes:
             x.view(np.ndarray)[...] = float_to_bf16(bf16_to_float32(plain(x)) * plain(factor))
         return x

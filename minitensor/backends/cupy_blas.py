@@ -168,24 +168,26 @@ def matmul(a, b, out_dtype=None, bias=None, *, xp, gemm, out=None, accumulate=Fa
         found = plan(a, b, out_dtype, bias is not None, out, accumulate)
         if plans is not None:
             plans[key] = found
-    a, b = (_prepare(x, how, found.batch_shape, xp) for x, how in ((a, found.prepare_a), (b, found.prepare_b)))
+    if found.prepare_a:
+        a = _prepare(a, found.prepare_a, found.batch_shape, xp)
+    if found.prepare_b:
+        b = _prepare(b, found.prepare_b, found.batch_shape, xp)
     c = xp.empty(found.out_shape, dtype=found.out_dtype) if out is None else out
     if bias is not None:
         c[...] = bias                                          # C starts as the bias; GEMM adds A B (beta = 1)
-    if found.call is None:
+    call = found.call
+    if call is None:
         if bias is None and not accumulate and c.size:
             c[...] = 0
         return c
-    call = list(found.call)
-    call[5], call[8], call[12] = b, a, c
-    gemm(*call)
+    gemm(*call[:5], b, *call[6:8], a, *call[9:12], c, *call[13:])
     return c
 
 
 def _prepare(x, how, batch_shape, xp):
     if how == "broadcast":
         return xp.ascontiguousarray(xp.broadcast_to(x, batch_shape + x.shape[-2:]))
-    return xp.ascontiguousarray(x) if how == "copy" else x
+    return xp.ascontiguousarray(x)                             # "copy"
 
 
 def cublas_gemm(op_a, op_b, m, n, k, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c, batch, *,

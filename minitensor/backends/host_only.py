@@ -16,13 +16,15 @@ to none. Never read or write an array it made: its memory is not there.
 """
 from __future__ import annotations
 
+import math
 import mmap
 
 import numpy as np
 
+from . import cupy_blas
 from .base import KERNELS
 from .counting import CountingBackend, CountingNamespace, DeviceArray, function_launches
-from .launch_costs import arrays_in, footprint, matmul_launches, plain
+from .launch_costs import matmul_launches, plain
 
 MAP_NORESERVE = 0x4000   # Linux: reserve address space without committing memory (mmap(2))
 
@@ -40,19 +42,20 @@ class Arena:
     ALIGN = 512                                                # CuPy's pool rounds to 512 bytes
 
     def __init__(self):
-        self._base, self._used = None, 0
+        self._base, self._used, self._size = None, 0, 0
 
     def empty(self, shape, dtype, order="C"):
-        shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(n) for n in shape)
+        shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(shape)
         dtype = np.dtype(dtype)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        if self._base is None or self._used + nbytes > self._base.size:
-            self._base, self._used = self._map(max(nbytes, self.CHUNK)), 0
-        if self._base is None:
-            return np.empty(shape, dtype, order)
-        start = self._used
-        self._used += -(-max(nbytes, 1) // self.ALIGN) * self.ALIGN
-        flat = self._base[start:start + nbytes].view(dtype)
+        nbytes = math.prod(shape) * dtype.itemsize
+        start, base = self._used, self._base
+        if base is None or start + nbytes > self._size:
+            base, start = self._map(max(nbytes, self.CHUNK)), 0
+            if base is None:
+                return np.empty(shape, dtype, order)
+            self._base, self._size = base, base.size
+        self._used = start + (nbytes + self.ALIGN - 1) // self.ALIGN * self.ALIGN + (nbytes == 0) * self.ALIGN
+        flat = base[start:start + nbytes].view(dtype)
         return flat.reshape(shape[::-1]).T if order == "F" else flat.reshape(shape)
 
     def empty_like(self, a, dtype=None, order="K"):
@@ -84,8 +87,17 @@ def _reduced_shape(shape, axis, keepdims):
     return tuple(n for i, n in enumerate(shape) if i not in axes)
 
 
-def _ufunc_result(ufunc, method, inputs, kwargs):
-    """(shape, dtype) of ufunc.method(*inputs, **kwargs), found without computing it."""
+def _ufunc_result(ufunc, method, inputs, kwargs, known):
+    """(shape, dtype) of ufunc.method(*inputs, **kwargs), found without computing it, each case once (`known`)."""
+    key = (ufunc, method, *((x.shape, x.dtype) if isinstance(x, np.ndarray) else type(x) for x in inputs),
+           *sorted((k, v) for k, v in kwargs.items() if k in ("axis", "keepdims", "dtype")))
+    found = known.get(key)
+    if found is None:
+        found = known[key] = _ufunc_result_of(ufunc, method, inputs, kwargs)
+    return found
+
+
+def _ufunc_result_of(ufunc, method, inputs, kwargs):
     if ufunc.nout != 1 or method not in ("__call__", "reduce"):
         raise NotImplementedError(f"{ufunc.__name__}.{method}")
     shapes = [np.shape(x) for x in inputs]
@@ -104,24 +116,25 @@ class EmptyArray(DeviceArray):
     """A DeviceArray whose device calls are recorded and never computed (results come from `arena`)."""
 
     arena: Arena
+    ufunc_results: dict   # (ufunc, method, input shapes and dtypes) -> (shape, dtype) of the result
 
     def _new(self, array, kind, nbytes):
         """Wrap a result of one launch that read nbytes (its own bytes written are added)."""
         return self._wrap(array, 1, kind, nbytes + array.nbytes)
 
     def __array_ufunc__(self, ufunc, method, *inputs, out=None, **kwargs):
-        moved = sum(footprint(a) for a in arrays_in(inputs))
+        moved = self.counts.moved(inputs)
         kind = f"{'ufunc' if method == '__call__' else method} {ufunc.__name__}"
         if out is not None:
-            self.counts.launch(kind, 1, moved + sum(footprint(o) for o in out))
+            self.counts.launch(kind, 1, moved + self.counts.moved(out))
             return out[0] if len(out) == 1 else out
         try:
-            shape, dtype = _ufunc_result(ufunc, method, plain(inputs), kwargs)
+            shape, dtype = _ufunc_result(ufunc, method, plain(inputs), kwargs, self.ufunc_results)
         except NotImplementedError:
             return self._executed(f"ufunc {ufunc.__name__}.{method}",
                                   lambda: super(EmptyArray, self).__array_ufunc__(ufunc, method, *inputs, **kwargs))
         n = matmul_launches(*plain(inputs[:2])) if ufunc is np.matmul else 1
-        return self._wrap(self.arena.empty(shape, dtype), n, kind, moved + int(np.prod(shape)) * dtype.itemsize)
+        return self._wrap(self.arena.empty(shape, dtype), n, kind, moved + math.prod(shape) * dtype.itemsize)
 
     def __array_function__(self, func, types, args, kwargs):
         name = func.__name__
@@ -145,19 +158,19 @@ class EmptyArray(DeviceArray):
     def astype(self, dtype, order="K", casting="unsafe", subok=True, copy=True):
         if np.dtype(dtype) == self.dtype and not copy:
             return self
-        return self._new(self.arena.empty_like(self, dtype, order), "astype", footprint(self))
+        return self._new(self.arena.empty_like(self, dtype, order), "astype", self.counts.moved(self))
 
     def copy(self, order="C"):
-        return self._new(self.arena.empty_like(self, None, order), "copy", footprint(self))
+        return self._new(self.arena.empty_like(self, None, order), "copy", self.counts.moved(self))
 
     def reshape(self, *shape, **kwargs):
         shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
         try:
-            return self._wrap(np.reshape(self.view(np.ndarray), shape, copy=False, **kwargs))
+            return np.ndarray.reshape(self, shape, copy=False, **kwargs)   # a view, of this class: no launch
         except ValueError:                                         # CuPy copies too
             known = int(np.prod([n for n in shape if n != -1]))
             shape = tuple(self.size // max(known, 1) if n == -1 else n for n in shape)
-            return self._new(self.arena.empty(shape, self.dtype), "reshape copy", footprint(self))
+            return self._new(self.arena.empty(shape, self.dtype), "reshape copy", self.counts.moved(self))
 
     def fill(self, value):
         self.counts.launch("fill", 1, self.nbytes)
@@ -166,15 +179,15 @@ class EmptyArray(DeviceArray):
         other = plain(other)
         shape = self.shape[:-1] + other.shape[1:]
         return self._new(self.arena.empty(shape, np.result_type(self.dtype, other.dtype)), "dot",
-                         footprint(self) + footprint(other))
+                         self.counts.moved(self, other))
 
     def __getitem__(self, index):
-        plain_self, index = self.view(np.ndarray), plain(index)
-        parts = index if isinstance(index, tuple) else (index,)
+        index = plain(index)
+        parts = index if type(index) is tuple else (index,)
         arrays = [i for i in parts if isinstance(i, np.ndarray)]
         if not arrays:                                             # basic indexing: a view, or one element
-            result = plain_self[index]
-            return self._wrap(result if isinstance(result, np.ndarray) else np.asarray(result))
+            result = np.ndarray.__getitem__(self, index)
+            return result if isinstance(result, np.ndarray) else self._wrap(np.asarray(result))
         if any(i.dtype == np.bool_ for i in arrays) or len(arrays) != len(parts):
             return self._executed("gather (masked or mixed index)", lambda: super(EmptyArray, self).__getitem__(index))
         shape = np.broadcast_shapes(*(i.shape for i in arrays)) + self.shape[len(parts):]   # a[ids], a[rows, cols]
@@ -182,8 +195,8 @@ class EmptyArray(DeviceArray):
         return self._new(result, "gather", result.nbytes)           # rows read, then written
 
     def __setitem__(self, index, value):
-        target = self.view(np.ndarray)[plain(index)]
-        self.counts.launch("setitem", 1, np.asarray(target).nbytes + footprint(value))
+        nbytes = self.counts.moved(self.view(np.ndarray)[plain(index)], value) if self.counts.detailed else 0
+        self.counts.launch("setitem", 1, nbytes)
 
     def _host(self):
         self.counts.sync()
@@ -251,7 +264,7 @@ class HostOnlyBackend(CountingBackend):
         self.counts.executed = {}
 
     def _namespace(self, counts):
-        array_type = type("EmptyArray", (EmptyArray,), {"counts": counts, "arena": self.arena})
+        array_type = type("EmptyArray", (EmptyArray,), {"counts": counts, "arena": self.arena, "ufunc_results": {}})
         return EmptyNamespace(array_type)
 
     def run_kernel(self, reference, args, kwargs, op):
@@ -268,16 +281,14 @@ class HostOnlyBackend(CountingBackend):
         return tuple(outputs)
 
     def scatter_add(self, target, index, values) -> None:
-        self.counts.launch("scatter_add", 1, footprint(values) + footprint(target))
+        self.counts.launch("scatter_add", 1, self.counts.moved(values, target))
 
     def uniform(self, seed: int, shape, dtype):
         self.counts.launch("uniform", 1 + (np.dtype(dtype) != np.float32), int(np.prod(shape)) * 4)
         return self.xp.empty(shape, dtype)
 
     def gemm(self, *args):
-        from . import cupy_blas
-
-        self.counts.launch("cublas gemm", 1, *cupy_blas.gemm_cost(*args))
+        self.counts.launch("cublas gemm", 1, *(cupy_blas.gemm_cost(*args) if self.counts.detailed else ()))
 
 
 def _acc(a):

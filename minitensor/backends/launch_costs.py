@@ -7,6 +7,8 @@ runs besides its kernel (LAUNCHER_COST, read off kernels/*/cupy_launch.py).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 CONCAT_SINGLE_KERNEL = (8, 2 * 1024 * 1024)  # cupy _concatenate: > 8 arrays, < 2 MiB each on average
@@ -23,9 +25,11 @@ def kind_class(kind: str) -> str:
 
 class LaunchCounts:
     """Launches, syncs and uploads seen so far; launches, bytes and FLOPs by kind (e.g. "ufunc add");
-    `allocations`: (shape, dtype) of every array a device call made."""
+    `allocations`: (shape, dtype) of every array a device call made. `detailed = False` keeps the
+    counts only (no bytes, FLOPs or arrays): what a timed run records, so it times little but the step."""
 
     def __init__(self):
+        self.detailed = True
         self.clear()
 
     def clear(self) -> None:
@@ -39,12 +43,18 @@ class LaunchCounts:
         if n:
             self.launches += n
             self.by_kind[kind] = self.by_kind.get(kind, 0) + n
-            self.bytes_by_kind[kind] = self.bytes_by_kind.get(kind, 0) + int(nbytes)
-            if flops:
-                self.flops_by_kind[kind] = self.flops_by_kind.get(kind, 0) + int(flops)
+            if self.detailed:
+                self.bytes_by_kind[kind] = self.bytes_by_kind.get(kind, 0) + int(nbytes)
+                if flops:
+                    self.flops_by_kind[kind] = self.flops_by_kind.get(kind, 0) + int(flops)
+
+    def moved(self, *values) -> int:
+        """The bytes the arrays inside values cover (footprint), or 0 when not detailed."""
+        return sum(footprint(a) for a in arrays_in(values)) if self.detailed else 0
 
     def allocate(self, array) -> None:
-        self.allocations.append((tuple(array.shape), np.dtype(array.dtype)))
+        if self.detailed:
+            self.allocations.append((tuple(array.shape), np.dtype(array.dtype)))
 
     def sync(self) -> None:
         self.syncs += 1
@@ -66,11 +76,12 @@ class LaunchCounts:
 
 def plain(value):
     """value with every device array inside (nested lists and tuples) seen as a plain ndarray."""
-    if isinstance(value, np.ndarray) and type(value) is not np.ndarray:
-        return value.view(np.ndarray)
-    if isinstance(value, (list, tuple)):
-        return type(value)(plain(v) for v in value)
-    return value
+    kind = type(value)
+    if kind is tuple or kind is list:
+        return kind([plain(v) for v in value])
+    if kind is np.ndarray or not isinstance(value, np.ndarray):
+        return value
+    return value.view(np.ndarray)
 
 
 def arrays_in(value) -> list:
@@ -86,7 +97,9 @@ def footprint(a) -> int:
     """Bytes of memory array a covers: a broadcast axis (stride 0) is read once, not once per index."""
     if not isinstance(a, np.ndarray):
         return 0
-    return a.itemsize * int(np.prod([n for n, s in zip(a.shape, a.strides) if s != 0], dtype=np.int64))
+    if 0 not in a.strides:
+        return a.nbytes
+    return a.itemsize * math.prod(n for n, s in zip(a.shape, a.strides) if s != 0)
 
 
 def _is_gemm_ready(a) -> bool:

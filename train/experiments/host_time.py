@@ -8,7 +8,8 @@ the kernels, the GPU waits. This runs the real step of a preset at its full size
 minitensor's HostOnlyBackend, which records every device call (launch, bytes, FLOPs, the arrays
 made) and computes none, and times what is left: the host's Python. Reported per step:
 `host_ms_per_step` (the least process CPU time over the timed steps: the machine's other load
-shows in wall time, not in it), the wall time beside it, `launches_per_step`, `syncs_per_step`,
+shows in wall time, not in it; the timed steps count launches but tally no bytes, so little of
+it is the recording), the wall time beside it, `launches_per_step`, `syncs_per_step`,
 launches, GB moved and TFLOP by class of kernel and by kind, and the float32 arrays of B·T
 rows of V made in a mixed-precision step (the logits or their gradient in float32; a mixed
 step should make none).
@@ -36,16 +37,19 @@ def measure(cfg: TransformerConfig, precision: str, B: int, S: int, T: int, step
     """Time `steps` steps (after the first and `warmup` more) of cfg on a HostOnlyBackend; the records of the last."""
     backend = HostOnlyBackend()
     model, opt, loss_fn, scaler, batch = setup(cfg, backend, precision, B, S, T)
+    counts = backend.counts
     cpu, wall = [], []
-    for i in range(1 + warmup + steps):
-        backend.counts.clear()
-        backend.counts.executed.clear()
+    for i in range(1 + warmup + steps):                                    # timed: counts only, no byte tallies
+        counts.detailed = False
         start_wall, start_cpu = time.perf_counter(), time.process_time()
         train_step(model, batch, opt, loss_fn, scaler)
         if i > warmup:
             cpu.append(time.process_time() - start_cpu)
             wall.append(time.perf_counter() - start_wall)
-    counts = backend.counts
+    counts.detailed = True
+    counts.clear()
+    counts.executed.clear()
+    train_step(model, batch, opt, loss_fn, scaler)                         # one more, recorded in full
     classes = {name: {"launches": c["launches"], "gb": c["bytes"] / 1e9, "tflop": c["flops"] / 1e12}
                for name, c in counts.by_class().items()}
     kinds = {kind: {"launches": n, "gb": counts.bytes_by_kind.get(kind, 0) / 1e9,
