@@ -58,10 +58,11 @@ class Context:
         self.params = params              # forward's keyword arguments
         needs, parents, shapes, dtypes = [], [], [], []
         for t in inputs:                  # one pass: a step builds a few hundred of these
-            needs.append(t.requires_grad)
-            parents.append((t if t._ctx is None else t._ctx) if t.requires_grad else None)
-            shapes.append(t.data.shape)
-            dtypes.append(t.data.dtype)
+            data, requires_grad = t.data, t.requires_grad
+            needs.append(requires_grad)
+            parents.append((t if t._ctx is None else t._ctx) if requires_grad else None)
+            shapes.append(data.shape)
+            dtypes.append(data.dtype)
         self.needs_input_grad, self.parents = tuple(needs), tuple(parents)
         self.input_shapes, self.input_dtypes = tuple(shapes), tuple(dtypes)
         self.saved = ()

@@ -23,6 +23,7 @@ import numpy as np
 from minitensor.backends.host_only import HostOnlyBackend
 from transformer.config import TransformerConfig
 
+from train.distributed.grad_sync import GradSync
 from train.experiments.bench import setup
 from train.run.step import train_step
 
@@ -37,19 +38,20 @@ def measure(cfg: TransformerConfig, precision: str, B: int, S: int, T: int, step
     """Time `steps` steps (after the first and `warmup` more) of cfg on a HostOnlyBackend; the records of the last."""
     backend = HostOnlyBackend()
     model, opt, loss_fn, scaler, batch = setup(cfg, backend, precision, B, S, T)
+    sync = GradSync(opt)                                                   # made once, as fit makes it
     counts = backend.counts
     cpu, wall = [], []
     for i in range(1 + warmup + steps):                                    # timed: counts only, no byte tallies
         counts.detailed = False
         start_wall, start_cpu = time.perf_counter(), time.process_time()
-        train_step(model, batch, opt, loss_fn, scaler)
+        train_step(model, batch, opt, loss_fn, scaler, sync=sync)
         if i > warmup:
             cpu.append(time.process_time() - start_cpu)
             wall.append(time.perf_counter() - start_wall)
     counts.detailed = True
     counts.clear()
     counts.executed.clear()
-    train_step(model, batch, opt, loss_fn, scaler)                         # one more, recorded in full
+    train_step(model, batch, opt, loss_fn, scaler, sync=sync)              # one more, recorded in full
     classes = {name: {"launches": c["launches"], "gb": c["bytes"] / 1e9, "tflop": c["flops"] / 1e12}
                for name, c in counts.by_class().items()}
     kinds = {kind: {"launches": n, "gb": counts.bytes_by_kind.get(kind, 0) / 1e9,
