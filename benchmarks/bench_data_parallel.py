@@ -43,12 +43,12 @@ def step_ms(run_dir: Path, log_every: int) -> float:
 
 
 def fit_overhead(steps: int, log_every: int = 20, rounds: int = 2) -> dict:
-    from train.distributed.communicators import Mpi
+    from train.distributed.communicators import SingleProcess
     from train.distributed.nccl import Nccl
 
     overrides = BASE_ON_DEMO_TASK + [f"train.max_steps={steps}", f"train.log_every={log_every}"]
     run_config = config_lib.load(ROOT / "configs" / "demo.toml", overrides)
-    nccl = Nccl(Mpi())
+    nccl = Nccl(SingleProcess())
     times = {"none": [], "nccl": []}
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -65,10 +65,10 @@ def fit_overhead(steps: int, log_every: int = 20, rounds: int = 2) -> dict:
 def allreduce_one_rank(nbytes: int = 256 * 2**20, repeats: int = 20) -> dict:
     import cupy
 
-    from train.distributed.communicators import Mpi
+    from train.distributed.communicators import SingleProcess
     from train.distributed.nccl import Nccl
 
-    comm = Nccl(Mpi())
+    comm = Nccl(SingleProcess())
     x = cupy.ones(nbytes // 4, dtype=cupy.float32)
     y = cupy.empty_like(x)
     stream = cupy.cuda.get_current_stream()

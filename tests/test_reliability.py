@@ -427,7 +427,7 @@ def test_truncated_checkpoint_is_one_line_error_and_skipped_on_resume(tiny_run, 
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.sampled_from(["train.max_tokens", "train.accum", "train.max_steps", "train.ckpt_every",
+@given(st.sampled_from(["train.max_tokens", "train.collective_timeout_s", "train.max_steps", "train.ckpt_every",
                         "train.keep_last", "decode.beam", "decode.max_tokens", "model.d_model"]),
        st.integers(max_value=0))
 def test_non_positive_sizes_are_input_errors(key, value):
