@@ -78,8 +78,7 @@ def format_report(r: dict) -> str:
     lines += [f"  {name:22s} {c['launches']:8d} {c['gb']:8.2f} {c['tflop']:7.2f}" for name, c in r["by_class"].items()]
     lines.append("  largest kinds by launches: " + ", ".join(
         f"{kind} {k['launches']}" for kind, k in list(r["by_kind"].items())[:8]))
-    if r["float32_logit_arrays"]:
-        lines.append(f"  float32 logit-sized arrays made: {r['float32_logit_arrays']}")
+    lines.append(f"  float32 arrays of B·T rows of V made: {r['float32_logit_arrays'] or 'none'}")
     if r["executed_on_host"]:
         lines.append(f"  run for real on the host (no shape rule): {r['executed_on_host']}")
     return "\n".join(lines)
