@@ -119,11 +119,17 @@ class Backend:
     def dropout_add_layernorm_grad(self, dys, z, gamma, mean, rstd, p, seed, time_major, with_bias):
         """(dx, ds, dgamma, dbeta, dbias) of dropout_add_layernorm, dys the gradients of y (their sum is
         taken in the kernel, two at a time at most: more are added first)."""
+        dys = self.at_most_two(dys)
+        u = self.draws(seed, z.shape, time_major) if p > 0.0 else None
+        return self.dropout_add_layernorm_backward(dys, z, u, p, gamma, mean, rstd, with_bias)
+
+    def at_most_two(self, dys) -> tuple:
+        """The gradients of one output as a tuple of at most two (the kernel adds two as it reads them):
+        more are added first."""
         dys = tuple(dys)
         while len(dys) > 2:
             dys = (self.add(dys[0], dys[1]), *dys[2:])
-        u = self.draws(seed, z.shape, time_major) if p > 0.0 else None
-        return self.dropout_add_layernorm_backward(dys, z, u, p, gamma, mean, rstd, with_bias)
+        return dys
 
     def unfused_dropout_add_layernorm(self, x, s, bias, gamma, beta, eps, p, seed, time_major=False):
         """dropout_add_layernorm from the unfused kernels (bias add, dropout, add, LayerNorm): for rows too wide

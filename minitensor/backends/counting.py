@@ -335,9 +335,7 @@ class CountingBackend(NumpyBackend):
                             reference(x, s, bias, gamma, beta, eps, p, seed, time_major))
 
     def dropout_add_layernorm_grad(self, dys, z, gamma, mean, rstd, p, seed, time_major, with_bias):
-        dys = tuple(dys)
-        while len(dys) > 2:
-            dys = (self.add(dys[0], dys[1]), *dys[2:])
+        dys = self.at_most_two(dys)
         if not fits(z.shape[-1]):
             return self.unfused_dropout_add_layernorm_grad(dys, z, gamma, mean, rstd, p, seed, time_major, with_bias)
         reference = self.reference.dropout_add_layernorm_grad

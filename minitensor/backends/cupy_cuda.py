@@ -76,9 +76,7 @@ class CupyBackend(Backend):
         return dropout_add_layernorm_forward_seeded(x, s, seed, p, bias, gamma, beta, eps, time_major)
 
     def dropout_add_layernorm_grad(self, dys, z, gamma, mean, rstd, p, seed, time_major, with_bias):
-        dys = tuple(dys)
-        while len(dys) > 2:
-            dys = (self.add(dys[0], dys[1]), *dys[2:])
+        dys = self.at_most_two(dys)
         if not fits(z.shape[-1]):
             return self.unfused_dropout_add_layernorm_grad(dys, z, gamma, mean, rstd, p, seed, time_major, with_bias)
         return dropout_add_layernorm_backward_seeded(dys, z, seed, p, gamma, mean, rstd, with_bias, time_major)

@@ -3,9 +3,6 @@ reference vs Σ_rows dy; the GPU launcher's host code on the CPU (NumPy for CuPy
 
 Shapes: G leading (batch) entries, R rows, C columns: dy (G, R, C) or (R, C) -> db (G, C) or (C,).
 """
-import sys
-import types
-
 import numpy as np
 import pytest
 
@@ -14,6 +11,7 @@ from minitensor.kernels.bf16_cast.reference import as_float64
 from minitensor.kernels.bias_backward import cupy_launch, numba_cpu
 from minitensor.kernels.bias_backward.reference import bias_backward_ref
 from tests.kernels._close import as_dtype, assert_close
+from tests.kernels._gpu import launcher_on_numpy as on_numpy
 
 SHAPES = [(1, 1), (7, 5), (300, 17), (3, 40, 12), (600, 2048)]
 
@@ -60,15 +58,12 @@ def _emulated_kernel(name):
             d3 = np.where(as_float64(relu_out).reshape(d3.shape) > 0, d3, 0).astype(dy.dtype)
             dx.reshape(d3.shape)[...] = d3
         db.reshape(-1, C)[...] = as_float64(d3).sum(axis=1)   # bf16 bits read as their values
-    run.max_threads_per_block = 1024                            # what fit_block asks a kernel
     return run
 
 
 @pytest.fixture
 def launcher_on_numpy(monkeypatch):
-    monkeypatch.setitem(sys.modules, "cupy", np)
-    monkeypatch.setattr(cupy_launch, "CUDA", types.SimpleNamespace(function=_emulated_kernel))
-    return cupy_launch
+    return on_numpy(monkeypatch, cupy_launch, _emulated_kernel)
 
 
 @pytest.mark.parametrize("version", sorted(cupy_launch.VERSIONS))

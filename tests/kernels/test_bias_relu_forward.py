@@ -3,9 +3,6 @@ host code on the CPU (NumPy for CuPy, its kernels emulated): in place, the bias'
 
 Shapes: R rows, C columns (d_ff); x (..., C), bias (C,).
 """
-import sys
-import types
-
 import numpy as np
 import pytest
 
@@ -14,6 +11,7 @@ from minitensor.kernels.bf16_cast.reference import bf16_to_float32
 from minitensor.kernels.bias_relu_forward import cupy_launch, numba_cpu
 from minitensor.kernels.bias_relu_forward.reference import bias_relu_forward_ref
 from tests.kernels._close import as_dtype, assert_close
+from tests.kernels._gpu import launcher_on_numpy as on_numpy
 
 SHAPES = [(1, 1), (7, 5), (33, 17), (2, 3, 100), (64, 2048)]
 
@@ -49,15 +47,12 @@ def _emulated_kernel(name):
         assert bias.dtype in (x.dtype, np.float32), name         # the instantiated (T, B) pairs
         assert int(n_or_rows) in (x.size, x.size // int(C)), name
         bias_relu_forward_ref(x, bias)
-    run.max_threads_per_block = 1024                            # what fit_block asks a kernel
     return run
 
 
 @pytest.fixture
 def launcher_on_numpy(monkeypatch):
-    monkeypatch.setitem(sys.modules, "cupy", np)
-    monkeypatch.setattr(cupy_launch, "CUDA", types.SimpleNamespace(function=_emulated_kernel))
-    return cupy_launch
+    return on_numpy(monkeypatch, cupy_launch, _emulated_kernel)
 
 
 @pytest.mark.parametrize("version", sorted(cupy_launch.VERSIONS))

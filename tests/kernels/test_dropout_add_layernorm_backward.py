@@ -4,9 +4,6 @@ CPU (NumPy for CuPy, its kernels emulated): the two gradients, ds = dx without d
 
 Shapes: D = d_model; leading axes are rows.
 """
-import sys
-import types
-
 import numpy as np
 import pytest
 
@@ -18,6 +15,7 @@ from minitensor.kernels.dropout_forward.reference import dropout_forward_ref
 from minitensor.kernels.layernorm_backward.reference import layernorm_backward_ref
 from minitensor.kernels.layernorm_forward.reference import layernorm_forward_ref
 from tests.kernels._close import as_dtype, assert_close
+from tests.kernels._gpu import launcher_on_numpy as on_numpy
 
 SHAPES = [(1, 1), (7, 5), (33, 17), (2, 3, 100), (300, 256)]
 
@@ -69,7 +67,6 @@ def _emulated_kernel(name):
         def columns(grid, block, args):
             sums, partial, blocks, D = args
             sums.reshape(-1)[...] = partial.reshape(int(blocks), -1).sum(axis=0)
-        columns.max_threads_per_block = 1024
         return columns
 
     def rows(grid, block, args, shared_mem=0):
@@ -85,16 +82,13 @@ def _emulated_kernel(name):
             ds.reshape(-1, D)[...] = out[1]
         partial[...] = 0
         partial[0] = np.stack(out[2:])
-    rows.max_threads_per_block = 1024
     return rows
 
 
 @pytest.fixture
 def launcher_on_numpy(monkeypatch):
-    monkeypatch.setitem(sys.modules, "cupy", np)
-    monkeypatch.setattr(cupy_launch, "CUDA", types.SimpleNamespace(function=_emulated_kernel))
     monkeypatch.setattr(cupy_launch, "sm_count", lambda: 2)
-    return cupy_launch
+    return on_numpy(monkeypatch, cupy_launch, _emulated_kernel)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])

@@ -4,9 +4,6 @@ CuPy, its kernel emulated): what it passes for the draws, the bias, the time-maj
 
 Shapes: D = d_model; leading axes are rows.
 """
-import sys
-import types
-
 import numpy as np
 import pytest
 
@@ -16,6 +13,7 @@ from minitensor.kernels.dropout_add_layernorm_forward import cupy_launch, numba_
 from minitensor.kernels.dropout_add_layernorm_forward.reference import dropout_add_layernorm_forward_ref
 from minitensor.kernels.layernorm_forward.reference import layernorm_forward_ref
 from tests.kernels._close import as_dtype, assert_close
+from tests.kernels._gpu import launcher_on_numpy as on_numpy
 
 SHAPES = [(1, 1), (7, 5), (33, 17), (2, 3, 100), (4, 1000)]
 
@@ -71,15 +69,12 @@ def _emulated_kernel(name):
                                                    bias if has_bias else None, gamma, beta, float(eps))
         for out, value in zip((y, z, mean, rstd), result):
             out.reshape(value.shape)[...] = value
-    run.max_threads_per_block = 1024
     return run
 
 
 @pytest.fixture
 def launcher_on_numpy(monkeypatch):
-    monkeypatch.setitem(sys.modules, "cupy", np)
-    monkeypatch.setattr(cupy_launch, "CUDA", types.SimpleNamespace(function=_emulated_kernel))
-    return cupy_launch
+    return on_numpy(monkeypatch, cupy_launch, _emulated_kernel)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
