@@ -3,8 +3,9 @@
 Sizes are Transformer-base training shapes (Table 3, batches of ~25000 tokens): attention
 scores (B, H, T, L) = (250, 8, 100, 100); LayerNorm rows (25000, 512); logits (25000, 37000);
 Adam over 63M parameters; embedding rows (25000, 512) into a 37000-row table; GEMMs at 4096^3;
-bf16 (uint16 bits) beside float32 and float16 where mixed precision uses it, bf16_cast, and the
-base step's half-precision GEMMs through cupy.matmul and through cupy_blas.
+bf16 (uint16 bits) beside float32 and float16 where mixed precision uses it, bf16_cast, the
+base step's half-precision GEMMs through cupy.matmul and through cupy_blas, and (issue #27, each
+from its own bench_<op>.py) dropout + add + LayerNorm both ways and the bias kernels.
 Napkin math, the bytes each op must move at least once (s = bytes per element):
   softmax fwd 2ns (x, y) | softmax bwd 3ns (y, dy, dx) | layernorm fwd 2ns + 8 rows (mean, rstd)
   layernorm bwd 3ns + 8 rows | cross-entropy 2NVs (logits, dlogits) | adam 28 B/param (fp32
@@ -336,12 +337,25 @@ def bench_matmul(table, rng, size=4096):
                                                                          atol=atol, rtol=1e-2))
 
 
+def bench_sublayer(table, rng):
+    """dropout + add + LayerNorm, both ways (issue #27), from their own bench files."""
+    for op in ("dropout_add_layernorm_forward", "dropout_add_layernorm_backward"):
+        importlib.import_module(f"benchmarks.bench_{op}").gpu(table, rng)
+
+
+def bench_bias(table, rng):
+    """bias + ReLU and the bias's backward (issue #27), from their own bench files."""
+    for op in ("bias_relu_forward", "bias_backward"):
+        importlib.import_module(f"benchmarks.bench_{op}").gpu(table, rng)
+
+
 def main(only=""):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", help="also write the rows to this JSON file")
     parser.add_argument("--only", default=only,
                         help="comma-separated: run only benches whose name contains one of these "
-                             "(softmax, layernorm, cross_entropy, adam, embedding_dropout, bf16, matmul)")
+                             "(softmax, layernorm, cross_entropy, adam, embedding_dropout, bf16, matmul, "
+                             "sublayer, bias)")
     args = parser.parse_args()
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     print(f"device: {props['name'].decode()}, torch: {torch.__version__ if torch else 'not importable'}")
@@ -350,7 +364,7 @@ def main(only=""):
     for name, bench in [("softmax", bench_softmax), ("layernorm", bench_layernorm),
                         ("cross_entropy", bench_cross_entropy), ("adam", bench_adam),
                         ("embedding_dropout", bench_embedding_and_dropout), ("bf16", bench_bf16),
-                        ("matmul", bench_matmul)]:
+                        ("matmul", bench_matmul), ("sublayer", bench_sublayer), ("bias", bench_bias)]:
         if any(part in name for part in args.only.split(",")):
             start = time.perf_counter()
             bench(table, rng)

@@ -70,3 +70,11 @@ def run_table(title, candidates, num_bytes, args, reference="reference"):
         print(f"{row['version']:<28} | {row['ms']:8.3f} | {row['gb_per_s']:6.2f} | "
               f"{row['speedup_vs_reference']:6.2f}x | {first}")
     return rows
+
+
+def gpu_rows(table, op, dtype, candidates, num_bytes):
+    """Time (version, fn) candidates on the GPU into bench_gpu_kernels' Table, the first as the baseline."""
+    baseline = None
+    for i, (version, fn) in enumerate(candidates):
+        ms = table.add(op, version, dtype, fn, num_bytes, "GB/s", baseline=baseline)
+        baseline = ms if i == 0 else baseline

@@ -15,7 +15,8 @@
 #                                          # machine stays warm 30 s): the base step in bf16 and fp32
 #                                          # against PyTorch in the same run (peak memory too), a
 #                                          # per-op profile, NCCL world size 1 through fit vs no
-#                                          # communicator, a short kernel GB/s table
+#                                          # communicator, a short kernel GB/s table, cuBLAS plans
+#                                          # and a CUDA graph of the base forward + backward
 #   bash benchmarks/gpu_lease.sh plan      # each call's parts (lane, name, timeout, command): what
 #                                          # tests/test_gpu_lease.py checks on the CPU
 #   bash benchmarks/gpu_lease.sh ablate table3|recipe   # issue #18, Table 3 on Multi30k: a lease
@@ -121,12 +122,14 @@ call1() { lanes gpu_tests m30k_readme m30k_p03; }
 speed() {
   part step_bf16 50 python3 -m train bench --backend cuda --precision bf16 --steps 10 --warmup 3 --json
   part step_fp32 45 python3 -m train bench --backend cuda --precision fp32 --steps 5 --warmup 2 --json
-  part profile_bf16 25 python3 -m train bench --backend cuda --precision bf16 --steps 3 --warmup 1 --no-peer --profile
-  part nccl_fit 55 python3 benchmarks/bench_data_parallel.py --steps 40 --json "$work/nccl_fit.json"
-  part kernels 35 python3 benchmarks/bench_gpu_kernels.py --only softmax,layernorm,cross_entropy,bf16 \
+  part profile_bf16 20 python3 -m train bench --backend cuda --precision bf16 --steps 3 --warmup 1 --no-peer --profile
+  part nccl_fit 45 python3 benchmarks/bench_data_parallel.py --steps 40 --json "$work/nccl_fit.json"
+  # issue #27: the row kernels against the copy ceiling (softmax, LayerNorm, the fused sub-layer
+  # connection both ways, bias + ReLU, the bias's column sums), then cuBLAS plans replayed and the
+  # base forward + backward captured as a CUDA graph (gradients vs eager, GPU and host ms)
+  part kernels 25 python3 benchmarks/bench_gpu_kernels.py --only softmax,layernorm,sublayer,bias \
     --json "$work/kernels.json"
-  # Issue #27 (GPU speed part 3) adds its measurements here, in this lane: take their seconds from
-  # the parts above so the lane stays within CALL2_LIMIT - RESERVE (tests/test_gpu_lease.py).
+  part graph 25 python3 benchmarks/bench_cuda_graph.py --json "$work/graph.json"
 }
 
 call2() { lanes speed; }

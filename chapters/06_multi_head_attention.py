@@ -221,7 +221,9 @@ assert mt.gradcheck(lambda a, b, c: Attention.apply(a, b, c, heads=H)[0], q64, k
 # %% [markdown]
 # ## Summary
 # - Multi-head attention = h attentions on learned D→D/h projections, concatenated, then W^O.
-# - The library stores the h projections as one (D, H·K) matrix; with impl="fused" it runs all heads, split and merge included, as one Function: 5 graph nodes per attention instead of 16.
+# - The library stores the h projections as one (D, H·K) matrix; with impl="fused" all heads run as one
+#   Function, read in place (no split or merge copies), and Q, K, V come from one product: 3 graph nodes
+#   per self-attention instead of 16.
 # - Attention is permutation-equivariant; order has to come from positional encodings.
 #
 # ## Exercises

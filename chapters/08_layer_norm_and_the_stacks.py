@@ -458,8 +458,10 @@ def connection_ours(x_, w, gamma_, beta_):
 
 
 def connection_library(x_, w, gamma_, beta_):
-    return with_norm(library.SublayerConnection(fused_config, np.random.default_rng(9)), gamma_, beta_)(
-        x_, lambda y: (y @ w, None))[0]
+    """Under impl="fused" the library's stacks run time-major (tokens (T, B, D), `transformer/model.py`):
+    the connection takes the batch transposed, and draws its mask as the (B, T, D) layout would."""
+    connection = with_norm(library.SublayerConnection(fused_config, np.random.default_rng(9)), gamma_, beta_)
+    return connection(x_.transpose(0, 1), lambda y: (y @ w, None))[0].transpose(0, 1)
 
 
 cuda_path = "the numba.cuda kernel (" + ("GPU" if ON_GPU else "CUDA simulator") + ")"

@@ -56,10 +56,15 @@ class Context:
         self.function = function
         self.backend = backend            # backward does its math through this
         self.params = params              # forward's keyword arguments
-        self.needs_input_grad = tuple(t.requires_grad for t in inputs)
-        self.parents = tuple((t if t._ctx is None else t._ctx) if t.requires_grad else None for t in inputs)
-        self.input_shapes = tuple(t.data.shape for t in inputs)
-        self.input_dtypes = tuple(t.data.dtype for t in inputs)
+        needs, parents, shapes, dtypes = [], [], [], []
+        for t in inputs:                  # one pass: a step builds a few hundred of these
+            data, requires_grad = t.data, t.requires_grad
+            needs.append(requires_grad)
+            parents.append((t if t._ctx is None else t._ctx) if requires_grad else None)
+            shapes.append(data.shape)
+            dtypes.append(data.dtype)
+        self.needs_input_grad, self.parents = tuple(needs), tuple(parents)
+        self.input_shapes, self.input_dtypes = tuple(shapes), tuple(dtypes)
         self.saved = ()
         self.consumed = False
 
@@ -73,9 +78,14 @@ class Function:
     Subclasses set `has_aux = True` when forward returns `(out, aux)`: `aux` is
     a raw array (or tuple) that is not differentiated, e.g. the per-token NLL
     computed alongside the label-smoothed loss; `apply` then returns `(Tensor, aux)`.
+    `sums_grad_out = True`: backward gets a tuple of the gradients from each consumer of the
+    output, not their sum, and adds them itself (a kernel that reads two arrays instead of one
+    saves the add kernel and its write, e.g. the sub-layer connection's, whose output feeds both
+    the next sub-layer and the residual stream).
     """
 
     has_aux = False
+    sums_grad_out = False
     defaults: dict = {}      # forward's keyword defaults, so ctx.params always holds every keyword
 
     def __init_subclass__(cls, **kwargs):
@@ -102,7 +112,7 @@ class Function:
                     f"{cls.__name__}: inputs live on different backends "
                     f"({backend.name} and {t.backend.name}); move them with .to() first")
         ctx = Context(cls, inputs, backend, {**cls.defaults, **params} if cls.defaults else params)
-        result = cls.forward(ctx, *(t.data for t in inputs), **params)
+        result = cls.forward(ctx, *[t.data for t in inputs], **params)
         out, aux = result if cls.has_aux else (result, None)
         requires_grad = _grad_enabled and any(ctx.needs_input_grad)
         tensor = Tensor._wrap(out, backend, requires_grad, ctx if requires_grad else None)
@@ -126,7 +136,7 @@ def toposort(root) -> list:
             continue
         visited.add(id(node))
         stack.append((node, True))
-        for parent in getattr(node, "parents", ()):        # leaf Tensors have no parents
+        for parent in (node.parents if type(node) is Context else ()):   # leaf Tensors have no parents
             if parent is not None and id(parent) not in visited:
                 stack.append((parent, False))
     return order
@@ -164,6 +174,8 @@ def backward(root, grad_out=None, on_leaf_done=None) -> None:
         if node.consumed:
             raise RuntimeError("backward through a graph that was already freed: "
                                "run the forward again before each backward")
+        if node.function.sums_grad_out and not isinstance(grad, tuple):
+            grad = (grad,)
         input_grads = node.function.backward(node, grad)
         if not isinstance(input_grads, tuple):
             input_grads = (input_grads,)
@@ -177,5 +189,10 @@ def backward(root, grad_out=None, on_leaf_done=None) -> None:
                 raise RuntimeError(f"bug in {node.function.__name__}.backward: gradient shape "
                                    f"{g.shape} for an input of shape {shape}")
             key = id(parent)
-            grads[key] = g if key not in grads else node.backend.add(grads[key], g)   # bf16 too
+            if key not in grads:
+                grads[key] = g
+            elif isinstance(parent, Context) and parent.function.sums_grad_out:
+                grads[key] = (*grads[key], g) if isinstance(grads[key], tuple) else (grads[key], g)
+            else:
+                grads[key] = node.backend.add(grads[key], g)   # bf16 too
         node.saved, node.params, node.consumed = (), None, True  # free what it kept as soon as it is used

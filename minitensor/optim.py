@@ -42,12 +42,9 @@ class Optimizer:
         self.named_params = _named(params)
         if not self.named_params:
             raise ValueError("optimizer got an empty parameter list")
+        self.params = [p for _, p in self.named_params]
         self.lr = lr
         self.step_count = 0
-
-    @property
-    def params(self):
-        return [p for _, p in self.named_params]
 
     def current_lr(self, step: int | None = None) -> float:
         step = self.step_count if step is None else step
@@ -122,13 +119,16 @@ class Adam(Optimizer):
     def _slice(self, buffer, i):
         return buffer[self.offsets[i]:self.offsets[i + 1]].reshape(self.params[i].shape)
 
-    def _adopt_parameters(self) -> None:
-        """Copy any parameter that is not (or no longer) a view of the flat buffer into it."""
+    def _adopt_parameters(self) -> bool:
+        """Copy any parameter that is not (or no longer) a view of the flat buffer into it; True if one was."""
+        adopted = False
         for i, p in enumerate(self.params):
             if p.data is not self.views[i]:
                 view = self._slice(self.flat, i)
                 view[...] = p.data
                 p.data = self.views[i] = view
+                adopted = True
+        return adopted
 
     def gather_grads(self, first: int = 0, last: int | None = None):
         """Every gradient in one flat array of the parameters' dtype, laid out like them (zeros where missing).
@@ -170,11 +170,11 @@ class Adam(Optimizer):
 
     def step(self) -> None:
         self.step_count += 1
-        self._adopt_parameters()
+        adopted = self._adopt_parameters()
         self.backend.adam_step(self.flat, self.gather_grads(), self.m, self.v, self.current_lr(),
                                self.beta1, self.beta2, self.eps, self.step_count, half=self.half)
         self._flat_grad = None
-        if self.half is not None:
+        if self.half is not None and adopted:
             self._share_half()                                # a parameter adopted above dropped its copy
 
     def state_dict(self) -> dict[str, np.ndarray]:

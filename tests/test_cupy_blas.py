@@ -130,4 +130,50 @@ def test_numpy_gemm_refuses_a_plan_that_reads_outside_the_operand():
     with pytest.raises(ValueError, match="outside"):
         cupy_blas.numpy_gemm(0, 0, 2, 4, 3, b, 5, 0, a, 3, 0, 0.0, c, 2, 0, 1)   # ldb 5 > b's 2 columns
     with pytest.raises(TypeError):
-        cupy_blas.matmul(a.astype(np.float32), b.astype(np.float32), xp=np, gemm=cupy_blas.numpy_gemm)
+        cupy_blas.matmul(a.astype(np.float32), b, xp=np, gemm=cupy_blas.numpy_gemm)     # two dtypes
+    with pytest.raises(TypeError):
+        cupy_blas.matmul(a.astype(np.int32), b.astype(np.int32), xp=np, gemm=cupy_blas.numpy_gemm)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_float32_and_float64_plans_compute_np_matmul(case, dtype):
+    make_a, make_b, _ = CASES[case]
+    a, b = make_a(np.float64).astype(dtype), make_b(np.float64).astype(dtype)
+    c = cupy_blas.matmul(a, b, xp=np, gemm=cupy_blas.numpy_gemm)
+    assert c.dtype == dtype
+    assert_close(c, (a.astype(np.float64) @ b.astype(np.float64)).astype(dtype), case, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["fp32", "bf16"])
+def test_out_writes_each_head_into_its_slot_of_a_wider_array_and_accumulates(dtype):
+    """Time-major heads: the (B, H, T, K) view of a (T, B, H·K) array is rows B·H·K apart, heads K apart:
+    cuBLAS writes there in place; accumulate adds to what is there (beta = 1)."""
+    T, B, H, K, M = 5, 2, 3, 4, 6
+    wide = _half(np.zeros((T, B, H * K)), dtype)
+    heads = wide.reshape(T, B, H, K).transpose(1, 2, 0, 3)                # (B, H, T, K), no copy
+    a, b = _arr((B, H, T, M), dtype), _arr((B, H, M, K), dtype)
+    backend = CountingBackend()
+    out = heads.view(backend.xp.ndarray)
+    got = cupy_blas.matmul(a.view(backend.xp.ndarray), b.view(backend.xp.ndarray), xp=backend.xp,
+                           gemm=backend.gemm, out=out)
+    assert got is out and backend.counts.launches == 1                    # one GEMM, no copy
+    want = _values(a) @ _values(b)
+    assert_close(_values(heads), want, "heads written in place", dtype=np.float32, atol=2e-2, rtol=2e-2)
+    cupy_blas.matmul(a, b, xp=np, gemm=cupy_blas.numpy_gemm, out=heads, accumulate=True)
+    assert_close(_values(heads), 2 * want, "accumulated", dtype=np.float32, atol=5e-2, rtol=2e-2)
+    with pytest.raises(ValueError, match="row-major"):
+        cupy_blas.matmul(a, b, xp=np, gemm=cupy_blas.numpy_gemm, out=np.swapaxes(heads, -1, -2)[..., :K, :T])
+
+
+def test_each_layout_is_planned_once_and_replayed(monkeypatch):
+    plans, planned = {}, []
+    real_plan = cupy_blas.plan
+    monkeypatch.setattr(cupy_blas, "plan", lambda *args, **kwargs: planned.append(args) or real_plan(*args, **kwargs))
+    a, b = _arr((5, 7), np.float16), _arr((3, 7), np.float16).T
+    first = cupy_blas.matmul(a, b, xp=np, gemm=cupy_blas.numpy_gemm, plans=plans)
+    again = cupy_blas.matmul(a.copy(), np.ascontiguousarray(b.T).T, xp=np, gemm=cupy_blas.numpy_gemm, plans=plans)
+    np.testing.assert_array_equal(first, again)
+    assert len(planned) == 1 and len(plans) == 1                           # same shapes, strides, dtypes: replayed
+    cupy_blas.matmul(a, np.ascontiguousarray(b), xp=np, gemm=cupy_blas.numpy_gemm, plans=plans)
+    assert len(planned) == 2                                               # another layout: planned

@@ -6,6 +6,7 @@ dropout) against their NumPy definitions. Skipped (visibly) without CuPy and a w
 Shapes: a (..., M, K), b (..., K, N) or (K, N).
 """
 import numpy as np
+import pytest
 
 import minitensor as mt
 from minitensor.backends import cupy_blas
@@ -62,3 +63,35 @@ def test_cupy_backend_matmul_add_and_dropout():
     for data in (x, bits):
         seeded = backend.dropout(cp.asarray(data), 0.1, 7).get()
         assert_close(seeded, dropout_forward_ref(data, u.get(), 0.1), "seeded dropout: the same draws")
+
+
+def test_cupy_backend_time_major_dropout_and_bf16_scale():
+    """Time-major dropout draws the numbers of the (B, T, ...) transpose; scale is one rounding on bf16 bits."""
+    backend = mt.get_backend("cuda")
+    x = np.random.default_rng(3).standard_normal((5, 4, 64)).astype(np.float32)   # (T, B, D)
+    time_major = backend.dropout(cp.asarray(x), 0.3, 9, time_major=True).get()
+    batch_major = backend.dropout(cp.asarray(np.ascontiguousarray(x.swapaxes(0, 1))), 0.3, 9).get()
+    np.testing.assert_array_equal(time_major, batch_major.swapaxes(0, 1))
+    bits = float_to_bf16(x[0])
+    factor = np.linspace(0.5, 2, 4, dtype=np.float32)[:, None]
+    scaled = backend.scale(cp.asarray(bits), cp.asarray(factor)).get()
+    np.testing.assert_array_equal(scaled, float_to_bf16(bf16_to_float32(bits) * factor))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_float32_and_float64_plans_and_strided_outputs_through_cublas(dtype):
+    """Every plan in float32 and float64 (COMPUTE_32F, 64F), and a product written into each head's slot of a
+    time-major (T, B, H·K) array, then added to it (beta = 1)."""
+    for case, (make_a, make_b, _) in CASES.items():
+        a, b = make_a(np.float64).astype(dtype), make_b(np.float64).astype(dtype)
+        c = cupy_blas.matmul(_device_view(a), _device_view(b), xp=cp, gemm=cupy_blas.cublas_gemm).get()
+        assert_close(c, (a.astype(np.float64) @ b.astype(np.float64)).astype(dtype), f"cuBLAS {case} {dtype}",
+                     atol=1e-4, rtol=1e-4)
+    T, B, H, K, M = 5, 2, 3, 4, 6
+    wide = cp.zeros((T, B, H * K), dtype=dtype)
+    heads = wide.reshape(T, B, H, K).transpose(1, 2, 0, 3)
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((B, H, T, M)).astype(dtype), rng.standard_normal((B, H, M, K)).astype(dtype)
+    for _ in range(2):
+        cupy_blas.matmul(cp.asarray(a), cp.asarray(b), xp=cp, gemm=cupy_blas.cublas_gemm, out=heads, accumulate=True)
+    assert_close(heads.get(), 2 * (a @ b), "written in place, added", atol=1e-4, rtol=1e-4)

@@ -71,16 +71,29 @@ def test_linear_matches_composed(backend, rng, with_bias):
     check_same(Linear.apply, composed, arrays, backend)
 
 
+@pytest.mark.parametrize("time_major", [False, True])
+@pytest.mark.parametrize("with_bias", [False, True])
 @pytest.mark.parametrize("p", [0.0, 0.3])
-def test_dropout_add_layer_norm_matches_composed(backend, rng, p):
-    """transformer.fused.DropoutAddLayerNorm against LayerNorm(x + Dropout(s)) op by op (§3.1, §5.4)."""
+def test_dropout_add_layer_norm_matches_composed(backend, rng, p, with_bias, time_major):
+    """transformer.fused.DropoutAddLayerNorm against LayerNorm(x + Dropout(s + b)) op by op (§3.1, §5.4); its
+    output read twice, as the next sub-layer and the residual stream read it, so its backward gets two
+    gradients to add (sums_grad_out); time-major: the mask of the (B, T, D) transpose."""
     from minitensor.functions import Dropout
     from transformer.fused import DropoutAddLayerNorm
     arrays = [rng.standard_normal((3, 5, 8)), rng.standard_normal((3, 5, 8)) * 2,
-              rng.standard_normal(8), rng.standard_normal(8)]
-    dropout = (lambda s: s) if p == 0 else (lambda s: Dropout.apply(s, p=p, seed=7))
-    check_same(lambda x, s, g, b: DropoutAddLayerNorm.apply(x, s, g, b, eps=1e-6, p=p, seed=7),
-               lambda x, s, g, b: LayerNorm.apply(x + dropout(s), g, b, eps=1e-6), arrays, backend)
+              rng.standard_normal(8), rng.standard_normal(8)] + ([rng.standard_normal(8)] if with_bias else [])
+    dropout = (lambda s: s) if p == 0 else (lambda s: Dropout.apply(s, p=p, seed=7, time_major=time_major))
+    twice = mt.tensor(rng.standard_normal((3, 5, 8)), dtype="float64", backend=backend)
+
+    def fused(x, s, g, b, *bias):
+        y = DropoutAddLayerNorm.apply(x, s, g, b, *bias, eps=1e-6, p=p, seed=7, time_major=time_major)
+        return y * twice + y
+
+    def composed(x, s, g, b, *bias):
+        y = LayerNorm.apply(x + dropout(s + bias[0] if bias else s), g, b, eps=1e-6)
+        return y * twice + y
+
+    check_same(fused, composed, arrays, backend)
 
 
 @pytest.mark.parametrize("p", [0.0, 0.25])
@@ -106,3 +119,41 @@ def test_attention_matches_equation_1_composed(backend, rng, p):
     _, weights_composed = scaled_dot_product_attention(*(split_heads(mt.tensor(a, backend=backend), H) for a in (q, k, v)),
                                                        mask)
     mt.assert_close(weights, weights_composed.numpy(), "attention weights")
+
+
+def test_linear_relu_matches_composed(backend, rng):
+    """§3.3's inner layer max(0, xW₁ + b₁) as one Function; entries near 0 kept off the ReLU's kink."""
+    from minitensor.functions import LinearReLU
+    x, w, b = rng.standard_normal((2, 3, 4)), rng.standard_normal((4, 6)), rng.standard_normal(6)
+    pre = x @ w + b
+    b = b + np.where(np.abs(pre) < 0.05, 0.2, 0.0).max(axis=(0, 1))           # no pre-activation at 0
+    check_same(lambda x, w, b: LinearReLU.apply(x, w, b), lambda x, w, b: (x @ w + b).relu(), [x, w, b], backend)
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_stacked_linear_matches_composed(backend, rng, with_bias):
+    """Q, K, V of one input as one product, against three Linears stacked, separate weights and one flat buffer."""
+    from minitensor.functions import StackedLinear
+    n = 3
+    arrays = [rng.standard_normal((2, 3, 4))] + [rng.standard_normal((4, 5)) for _ in range(n)] \
+        + ([rng.standard_normal(5) for _ in range(n)] if with_bias else [])
+
+    def composed(x, *params):
+        ws, bs = params[:n], params[n:]
+        return mt.stack([x @ w + b for w, b in zip(ws, bs)] if bs else [x @ w for w in ws])
+
+    check_same(StackedLinear.apply, composed, arrays, backend)
+
+
+def test_stacked_weights_are_read_in_place_when_equally_spaced(rng):
+    """Backend.stacked: views of one buffer, equally spaced (the optimizer's flat buffer), stack without a copy."""
+    from minitensor.backends.counting import CountingBackend
+    backend = CountingBackend()
+    flat = backend.xp.asarray(rng.standard_normal(3 * 25))
+    views = [flat[i * 25:i * 25 + 20].reshape(4, 5) for i in range(3)]   # weight, then a bias's 5 numbers
+    backend.counts.clear()
+    stacked = backend.stacked(views)
+    assert backend.counts.launches == 0 and np.shares_memory(stacked, flat)
+    np.testing.assert_array_equal(stacked, np.stack([np.asarray(v) for v in views]))
+    apart = [backend.xp.asarray(v.view(np.ndarray).copy()) for v in views]
+    assert not np.shares_memory(backend.stacked(apart), flat) and backend.counts.launches > 0

@@ -210,6 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="time each Function (synchronizing after each op on a GPU); on by default on the CPU")
     bench.add_argument("--json", action="store_true", help="print one JSON object (step_ms, tgt_tok_s, "
                                                             "peak_mem_bytes, peer_step_ms, ratio, ...)")
+    bench.add_argument("--host-only", action="store_true",
+                       help="with --backend cuda: time the step's Python at full size with every device call "
+                            "recorded and none made (no GPU needed): host ms, launches, GB and TFLOP per step")
     _add_debug(bench)
 
     ablate = commands.add_parser("ablate", help="train Table 3's model variations (§6.2) and compare with the paper")

@@ -300,7 +300,8 @@ def bench(args) -> int:
     backend = args.backend
     preset = args.preset or ("base" if backend in ("cuda", "cupy", "gpu") else "cpu")
     bench_lib.run(preset, backend=backend, precision=args.precision, steps=args.steps, warmup=args.warmup,
-                  peer=not args.no_peer, batch=args.batch, profile=args.profile, as_json=args.json)
+                  peer=not args.no_peer, batch=args.batch, profile=args.profile, as_json=args.json,
+                  host_only=args.host_only)
     return 0
 
 

@@ -11,7 +11,8 @@ All heads run at once: the h projections W_i^Q are the column blocks of one
 `scaled_dot_product_attention` below is Eq. (1) written op by op, and it is what
 runs with `config.impl = "composed"` (the default). With `impl = "fused"` the same
 equations run as one Function (transformer.fused.Attention: scale, mask, dropout and
-the head split and merge inside), which tests tie to this code, values and gradients.
+the head split and merge inside, on time-major tokens so that neither is a copy), and the
+projections of one input as one product; tests tie both to this code, values and gradients.
 Attention weights are returned, never stored on the module.
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 
 import minitensor as mt
 from minitensor import nn
+from minitensor.functions import StackedLinear
 
 from .fused import Attention
 
@@ -53,8 +55,11 @@ def merge_heads(x: mt.Tensor) -> mt.Tensor:
 class MultiHeadAttention(nn.Module):
     """§3.2.2 with separate named projections w_q, w_k, w_v (D -> H·K) and w_o (H·Kv -> D).
 
-    Queries, keys and values stay packed (B, T, H·K) outside the attention op: that is
-    also the layout of the decoder's key/value cache.
+    Queries, keys and values stay packed (·, ·, H·K) outside the attention op: that is also the
+    layout of the decoder's key/value cache, which holds what `project_kv` returns.
+    Fused (config.impl = "fused"): tokens are time-major (T, B, ·); the projections of one input
+    run as one product (StackedLinear: Q, K, V of the same tokens, K, V of the memory), stacked
+    (3 or 2, T, B, H·K), and Attention reads its heads from there in place.
     """
 
     def __init__(self, d_model: int, h: int, d_k: int, d_v: int, rng: np.random.Generator,
@@ -71,17 +76,21 @@ class MultiHeadAttention(nn.Module):
     def project_q(self, x: mt.Tensor) -> mt.Tensor:
         return self.w_q(x)                                             # §3.2.2: Q W_i^Q for every i, (B, Tq, D) -> (B, Tq, H·K)
 
-    def project_kv(self, x: mt.Tensor) -> tuple[mt.Tensor, mt.Tensor]:
-        return self.w_k(x), self.w_v(x)                                # §3.2.2: K W_i^K, V W_i^V, (B, Tk, D) -> (B, Tk, H·K), (B, Tk, H·Kv)
+    def project_kv(self, x: mt.Tensor) -> tuple:
+        """§3.2.2: K W_i^K, V W_i^V: (k (B, Tk, H·K), v (B, Tk, H·Kv)); fused: (kv (2, Tk, B, H·K),), one product."""
+        if self.fused:
+            return (_stacked(x, self.w_k, self.w_v),)
+        return self.w_k(x), self.w_v(x)
 
-    def attend(self, q, k, v, mask=None) -> tuple[mt.Tensor, mt.Tensor]:
-        """Packed heads in, d_model out: (output (B, Tq, D), weights (B, H, Tq, Tk))."""
+    def attend(self, q, *kv, mask=None) -> tuple[mt.Tensor, mt.Tensor]:
+        """Queries and what project_kv made (or, fused, one stacked qkv) -> (output (·, ·, D), weights (B, H, Tq, Tk))."""
         mask = None if mask is None else q.backend.asarray(mask)
         if self.fused:                                                 # the same equations as one op (fused.py)
             p, seed = self.dropout.draw() if self.dropout is not None else (0.0, None)
-            heads, weights = Attention.apply(q, k, v, heads=self.h, mask=mask, p=p, seed=seed)
+            heads, weights = Attention.apply(q, *kv, heads=self.h, mask=mask, p=p, seed=seed, time_major=True)
             weights = mt.Tensor._wrap(weights, q.backend)
         else:
+            k, v = kv
             out, weights = scaled_dot_product_attention(                # §3.2.1, Eq. (1) for every head at once
                 split_heads(q, self.h), split_heads(k, self.h), split_heads(v, self.h), mask, self.dropout)
             heads = merge_heads(out)                                   # §3.2.2: Concat(head_1, ..., head_h)
@@ -92,5 +101,13 @@ class MultiHeadAttention(nn.Module):
 
         Returns (output (B, Tq, D), weights (B, H, Tq, Tk)).
         """
-        k, v = self.project_kv(query if memory is None else memory)
-        return self.attend(self.project_q(query), k, v, mask)
+        if self.fused and memory is None:                              # Q, K, V of the same tokens: one product
+            return self.attend(_stacked(query, self.w_q, self.w_k, self.w_v), mask=mask)
+        return self.attend(self.project_q(query), *self.project_kv(query if memory is None else memory), mask=mask)
+
+
+def _stacked(x: mt.Tensor, *linears: nn.Linear) -> mt.Tensor:
+    """x W_s + b_s for each of the Linears, as one (n, ..., out) Tensor made by one product (StackedLinear)."""
+    params = [linear.weight for linear in linears] + [linear.bias for linear in linears]
+    half = tuple(p.half(x.dtype) for p in params)                     # the optimizer's copies in x's dtype, if any
+    return StackedLinear.apply(x, *params, half=half if all(h is not None for h in half) else None)

@@ -17,13 +17,21 @@ from minitensor import nn
 
 
 class PositionwiseFeedForward(nn.Module):
-    """w_1: (D, F), w_2: (F, D), Xavier-uniform weights and zero biases."""
+    """w_1: (D, F), w_2: (F, D), Xavier-uniform weights and zero biases.
 
-    def __init__(self, d_model: int, d_ff: int, rng: np.random.Generator):
+    fused (config.impl = "fused"): max(0, xW₁ + b₁) runs as one Function (LinearReLU: the product,
+    then the bias and the ReLU in one pass over its output); the same math.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, rng: np.random.Generator, fused: bool = False):
         super().__init__()
+        self.fused = fused
         self.w_1 = nn.Linear(d_model, d_ff, rng=rng)
         self.w_2 = nn.Linear(d_ff, d_model, rng=rng)
 
     def forward(self, x: mt.Tensor) -> mt.Tensor:
-        hidden = self.w_1(x).relu()                 # §3.3, Eq. (2): max(0, xW₁ + b₁), (B, T, D) -> (B, T, F)
+        if self.fused:
+            hidden = self.w_1(x, relu=True)         # §3.3, Eq. (2): max(0, xW₁ + b₁) as one op
+        else:
+            hidden = self.w_1(x).relu()             # §3.3, Eq. (2): max(0, xW₁ + b₁), (B, T, D) -> (B, T, F)
         return self.w_2(hidden)                     # §3.3, Eq. (2): (·)W₂ + b₂, (B, T, F) -> (B, T, D)

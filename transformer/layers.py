@@ -30,25 +30,33 @@ class SublayerConnection(nn.Module):
     # DEVIATION(§3.1): "pre" normalises the sub-layer input instead of the sum (as the Annotated
     # Transformer and most later models do); it trains deeper stacks without warm-up tricks. The
     # stacks then end with one more LayerNorm. Default is the paper's "post".
-    With config.impl = "fused", post-norm runs as one Function (fused.DropoutAddLayerNorm).
+    With config.impl = "fused", post-norm runs as one Function (fused.DropoutAddLayerNorm), which
+    also adds the bias of the sub-layer's last Linear, `output` (W^O, W₂): that Linear then leaves
+    it out (add_bias = False), so no kernel of its own fills or sums it.
     """
 
-    def __init__(self, config: TransformerConfig, rng: np.random.Generator):
+    def __init__(self, config: TransformerConfig, rng: np.random.Generator, output: nn.Linear | None = None):
         super().__init__()
         self.pre_norm, self.fused = config.norm == "pre", config.impl == "fused"
         self.norm = nn.LayerNorm(config.d_model, eps=config.layernorm_eps)
         self.dropout = nn.Dropout(config.p_drop, rng=rng)
+        folds_bias = self.fused and not self.pre_norm and output is not None
+        if folds_bias:
+            output.add_bias = False
+        object.__setattr__(self, "output", output if folds_bias else None)   # a reference: the sub-layer owns it
 
     def forward(self, x: mt.Tensor, sublayer):
         """sublayer: (B, T, D) -> ((B, T, D), aux). Returns (output (B, T, D), aux)."""
         if self.pre_norm:
             out, aux = sublayer(self.norm(x))
-            return x + self.dropout(out), aux                      # DEVIATION(§3.1): pre-norm residual
+            return x + self.dropout(out, self.fused), aux          # DEVIATION(§3.1): pre-norm residual
         out, aux = sublayer(x)
         if self.fused:                                             # the same line as one op (fused.py)
             p, seed = self.dropout.draw()
-            return DropoutAddLayerNorm.apply(x, out, self.norm.gamma, self.norm.beta, eps=self.norm.eps,
-                                             p=p, seed=seed), aux
+            bias = () if self.output is None else (self.output.bias,)    # W^O's or W₂'s, added here
+            half = self.output.bias.half(x.dtype) if bias else None
+            return DropoutAddLayerNorm.apply(x, out, self.norm.gamma, self.norm.beta, *bias, eps=self.norm.eps,
+                                             p=p, seed=seed, time_major=True, half=half), aux
         return self.norm(x + self.dropout(out)), aux               # §3.1, §5.4: LayerNorm(x + Dropout(Sublayer(x)))
 
 
@@ -57,14 +65,19 @@ def _attention(config: TransformerConfig, rng) -> MultiHeadAttention:
                               fused=config.impl == "fused")
 
 
+def _feed_forward(config: TransformerConfig, rng) -> PositionwiseFeedForward:
+    return PositionwiseFeedForward(config.d_model, config.d_ff, rng, fused=config.impl == "fused")
+
+
 class EncoderLayer(nn.Module):
     """§3.1: multi-head self-attention, then the position-wise FFN, each with a SublayerConnection."""
 
     def __init__(self, config: TransformerConfig, rng: np.random.Generator):
         super().__init__()
         self.self_attn = _attention(config, rng)
-        self.feed_forward = PositionwiseFeedForward(config.d_model, config.d_ff, rng)
-        self.sublayers = nn.ModuleList([SublayerConnection(config, rng) for _ in range(2)])
+        self.feed_forward = _feed_forward(config, rng)
+        self.sublayers = nn.ModuleList([SublayerConnection(config, rng, output)
+                                        for output in (self.self_attn.w_o, self.feed_forward.w_2)])
 
     def forward(self, x: mt.Tensor, src_mask):
         """x (B, S, D), src_mask (B, 1, 1, S) -> (x (B, S, D), self-attention weights (B, H, S, S))."""
@@ -80,8 +93,9 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.self_attn = _attention(config, rng)
         self.cross_attn = _attention(config, rng)
-        self.feed_forward = PositionwiseFeedForward(config.d_model, config.d_ff, rng)
-        self.sublayers = nn.ModuleList([SublayerConnection(config, rng) for _ in range(3)])
+        self.feed_forward = _feed_forward(config, rng)
+        self.sublayers = nn.ModuleList([SublayerConnection(config, rng, output) for output in
+                                        (self.self_attn.w_o, self.cross_attn.w_o, self.feed_forward.w_2)])
 
     def forward(self, x, memory, src_mask, tgt_mask, layer_cache: "LayerCache | None" = None):
         """x (B, T, D), memory (B, S, D) -> (x (B, T, D), self weights (B, H, T, P+T), cross weights (B, H, T, S)).
@@ -97,14 +111,13 @@ class DecoderLayer(nn.Module):
     def _self_attention(self, y, tgt_mask, layer_cache):
         if layer_cache is None:
             return self.self_attn(y, None, tgt_mask)               # §3.2.3: masked decoder self-attention
-        k, v = layer_cache.append_self(*self.self_attn.project_kv(y))   # (n, P+T, H·K): past and new positions
-        return self.self_attn.attend(self.self_attn.project_q(y), k, v, tgt_mask)
+        kv = layer_cache.append_self(self.self_attn.project_kv(y))   # past and new positions, P+T of them
+        return self.self_attn.attend(self.self_attn.project_q(y), *kv, mask=tgt_mask)
 
     def _cross_attention(self, y, memory, src_mask, layer_cache):
         if layer_cache is None:
             return self.cross_attn(y, memory, src_mask)            # §3.2.3: queries from the decoder, keys/values from memory
-        q = self.cross_attn.project_q(y)
-        return self.cross_attn.attend(q, layer_cache.cross_k, layer_cache.cross_v, src_mask)
+        return self.cross_attn.attend(self.cross_attn.project_q(y), *layer_cache.cross_kv, mask=src_mask)
 
 
 class Encoder(nn.Module):
@@ -145,14 +158,24 @@ class Decoder(nn.Module):
 
     def init_cache(self, memory: mt.Tensor, src_mask, beam: int = 1) -> "DecoderCache":
         """Encoder-decoder keys/values, computed once per sentence and tiled `beam` times (rows b·beam + j)."""
-        rows = memory.backend.xp.repeat(memory.backend.xp.arange(memory.shape[0]), beam)   # (B·beam,) sentence of each row
+        n = src_mask.shape[0]                                      # B sentences (memory may be time-major)
+        rows = memory.backend.xp.repeat(memory.backend.xp.arange(n), beam)   # (B·beam,) sentence of each row
+        batch_axis = KV_BATCH_AXIS[self.layers[0].cross_attn.fused]
         layers = []
         for layer in self.layers:
-            k, v = layer.cross_attn.project_kv(memory)             # (B, S, H·K), (B, S, H·Kv)
+            kv = layer.cross_attn.project_kv(memory)               # (k (B, S, H·K), v) or (kv (2, S, B, H·K),)
             if beam > 1:
-                k, v = k[rows], v[rows]                            # (B, S, H·K) -> (B·beam, S, H·K)
-            layers.append(LayerCache(cross_k=k, cross_v=v))
+                kv = tuple(_rows(a, rows, batch_axis) for a in kv)  # B -> B·beam rows
+            layers.append(LayerCache(kv, batch_axis))
         return DecoderCache(layers, src_mask[rows] if beam > 1 else src_mask)
+
+
+KV_BATCH_AXIS = {False: 0, True: 2}   # fused -> the batch axis of what project_kv returns: k (B, T, ·); kv (2, T, B, ·)
+
+
+def _rows(a: mt.Tensor, rows, axis: int) -> mt.Tensor:
+    """a's entries `rows` along its batch axis (beam tiling and reordering)."""
+    return a[(slice(None),) * axis + (a.backend.asarray(rows),)]
 
 
 class LayerCache:
@@ -163,21 +186,22 @@ class LayerCache:
     computed, so each step projects only the new token and appends it: step P costs O(P)
     instead of re-running the whole prefix, O(P²). The encoder-decoder keys and values
     come from the memory, fixed for the sentence, and are projected once.
+    Each is what MultiHeadAttention.project_kv returns: (k, v), each (n, P, ·), or, fused, one
+    (2, P, n, ·): positions on axis 1 either way, the rows on `batch_axis`.
     """
 
-    __slots__ = ("self_k", "self_v", "cross_k", "cross_v")
+    __slots__ = ("self_kv", "cross_kv", "batch_axis")
 
-    def __init__(self, cross_k: mt.Tensor, cross_v: mt.Tensor):
-        self.self_k = self.self_v = None                           # (n, P, H·K), (n, P, H·Kv); None before step 1
-        self.cross_k, self.cross_v = cross_k, cross_v              # (n, S, H·K), (n, S, H·Kv)
+    def __init__(self, cross_kv: tuple, batch_axis: int):
+        self.self_kv = None                                        # None before step 1
+        self.cross_kv, self.batch_axis = cross_kv, batch_axis
 
-    def append_self(self, k: mt.Tensor, v: mt.Tensor) -> tuple[mt.Tensor, mt.Tensor]:
-        """Add the new positions' keys/values (n, T, ·); returns all of them, (n, P+T, ·)."""
-        if self.self_k is not None:
-            k = mt.concat([self.self_k, k], axis=1)                # (n, P, H·K) + (n, T, H·K) -> (n, P+T, H·K)
-            v = mt.concat([self.self_v, v], axis=1)
-        self.self_k, self.self_v = k, v
-        return k, v
+    def append_self(self, kv: tuple) -> tuple:
+        """Add the new positions' keys/values (T of them); returns all of them, P+T."""
+        if self.self_kv is not None:
+            kv = tuple(mt.concat([past, new], axis=1) for past, new in zip(self.self_kv, kv))   # P + T positions
+        self.self_kv = kv
+        return kv
 
 
 class DecoderCache:
@@ -202,6 +226,5 @@ class DecoderCache:
         identical within a sentence's beams, are not gathered again.
         """
         for layer in self.layers:
-            if layer.self_k is not None:
-                index = layer.self_k.backend.asarray(rows)
-                layer.self_k, layer.self_v = layer.self_k[index], layer.self_v[index]
+            if layer.self_kv is not None:
+                layer.self_kv = tuple(_rows(a, rows, layer.batch_axis) for a in layer.self_kv)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import minitensor as mt
+from minitensor.dtypes import BF16
 from minitensor.functions import CrossEntropy
 from minitensor.functions.composed import smoothed_targets
 
@@ -52,9 +53,10 @@ class LabelSmoothingLoss:
         host = targets if isinstance(targets, np.ndarray) else logits.backend.to_numpy(targets)
         n_tokens = int(host.size if self.pad_id is None else (host != self.pad_id).sum())
         flat = logits.reshape(B * T, V)                                        # (B, T, V) -> (N, V)
-        if flat.dtype == np.float16 and logits.device == "cpu":
-            # The GPU kernel reads float16 logits and keeps its sums in float32 (kernels/README.md),
-            # so only the CPU path needs a float32 copy for the loss to be computed in float32.
+        if (flat.dtype == np.float16 and logits.device == "cpu") or (flat.dtype == BF16 and not self.fused):
+            # The kernel reads half-precision logits (bf16 bits too) and keeps its sums in float32
+            # (kernels/README.md): a mixed step makes no float32 (N, V) copy. The CPU's float16
+            # path and the composed ops (bf16 bits are no numbers to them) compute on one.
             flat = flat.astype(np.float32)
         flat_targets = logits.backend.asarray(host.reshape(-1))               # (N,)
         if self.fused:                                                         # one kernel, no (N, V) q

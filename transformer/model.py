@@ -46,8 +46,17 @@ class Transformer(nn.Module):
     `precision` (PRECISIONS) fixes the weights' and the activations' dtypes: the embedded
     inputs are cast to the activation dtype, and every layer multiplies with a copy of its
     master weights in the activations' dtype, so "fp16" and "bf16" run the matmuls in half
-    precision. bf16 logits come back as float32 (the loss and the search compute on them).
+    precision. Logits come back in the activations' dtype from `forward` (the loss reads bf16 bits
+    as numbers) and as float32 from `decode` and `decode_step` (the search computes on them).
     `rng` also seeds every dropout mask (one draw per call), so its state replays them.
+
+    impl "fused" runs the stacks time-major: every activation is (T, B, D) instead of (B, T, D)
+    (the same numbers, laid out position by position). Rows are rows to every layer but attention,
+    and attention gains: with positions outermost, head h of sentence b sits a fixed stride after
+    head h-1 of the same position, so each attention product reads its heads where the
+    projections wrote them, and writes its output where W^O reads it (transformer/fused.py).
+    The ids are laid out so on the host, and the decoder's output goes back to (B, T, D) once,
+    before the logits. `encode` then returns time-major memory (init_cache takes it as it is).
     """
 
     def __init__(self, config: TransformerConfig, rng: np.random.Generator, backend="numpy",
@@ -60,6 +69,7 @@ class Transformer(nn.Module):
                              f"not {mt.get_backend(backend).name!r}")
         self.config, self.precision = config, precision
         self.param_dtype, self.compute_dtype = PRECISIONS[precision]
+        self.time_major = config.impl == "fused"                       # tokens (T, B, D) in the stacks: see above
         self.embeddings = Embeddings(config.vocab_size, config.d_model, config.tie_embeddings, rng)
         self.src_positions = PositionalEncoding(config.d_model, config.max_len, config.positional, rng)
         self.tgt_positions = PositionalEncoding(config.d_model, config.max_len, config.positional, rng)
@@ -70,24 +80,29 @@ class Transformer(nn.Module):
 
     # --- building blocks ----------------------------------------------------------------
     def _ids(self, ids):
+        """ids (B, L) on the backend; time-major, a transposed view of (L, B) memory (tokens in the stacks' order)."""
         ids = ids.data if isinstance(ids, mt.Tensor) else ids
-        ids = self.backend.asarray(ids)
+        ids = ids if hasattr(ids, "ndim") else np.asarray(ids)
         if ids.ndim != 2 or ids.dtype.kind not in "iu":
             raise ValueError(f"token ids must be a 2-d integer array (B, length), got {ids.dtype} {ids.shape}")
-        return ids
+        if self.time_major:                                            # laid out on the host when they come from there
+            xp = np if isinstance(ids, np.ndarray) else self.backend.xp
+            return self.backend.asarray(xp.ascontiguousarray(ids.T)).T
+        return self.backend.asarray(ids)
 
-    def _embed(self, embedded: mt.Tensor, positions: PositionalEncoding, offset: int) -> mt.Tensor:
-        x = positions(embedded, offset)                                # §3.5: Embed·√d_model + PE, (B, T, D)
-        return self.dropout(x.astype(self.compute_dtype))              # §5.4: dropout on the sums
+    def _embed(self, ids, embed, positions: PositionalEncoding, offset: int) -> mt.Tensor:
+        tokens = ids.T if self.time_major else ids                     # (B, L), or (L, B) time-major
+        x = positions(embed(tokens), offset, time_axis=0 if self.time_major else 1)   # §3.5: Embed·√d_model + PE
+        return self.dropout(x.astype(self.compute_dtype), self.time_major)   # §5.4: dropout on the sums
 
     def _encode(self, src, src_mask):
-        x = self._embed(self.embeddings.source(src), self.src_positions, 0)   # (B, S) -> (B, S, D)
-        return self.encoder(x, src_mask)                               # (B, S, D), [maps]
+        x = self._embed(src, self.embeddings.source, self.src_positions, 0)   # (B, S) -> (B, S, D) or (S, B, D)
+        return self.encoder(x, src_mask)                               # (B, S, D) or (S, B, D), [maps]
 
     def _decode(self, tgt, memory, src_mask, cache: DecoderCache | None):
         offset = 0 if cache is None else cache.length
         T = tgt.shape[1]
-        x = self._embed(self.embeddings.target(tgt), self.tgt_positions, offset)   # (B, T) -> (B, T, D)
+        x = self._embed(tgt, self.embeddings.target, self.tgt_positions, offset)   # (B, T) -> (B, T, D) or (T, B, D)
         # §3.2.3: no position attends to a later one. Padding sits at the end of a target, after
         # every real query, so this mask already hides it from them: no target padding mask.
         tgt_mask = None if T == 1 else subsequent_mask(T, past=offset, xp=self.backend.xp)   # (1, 1, T, P+T)
@@ -98,25 +113,31 @@ class Transformer(nn.Module):
         x, self_maps, cross_maps = self.decoder(x, memory, src_mask, tgt_mask, cache)
         if cache is not None:
             cache.advance(T)
+        if self.time_major:
+            x = x.permute(1, 0, 2)                                     # (T, B, D) -> (B, T, D): one copy, D wide
         logits = self.embeddings.logits(x)                             # (B, T, D) -> (B, T, V)
-        if logits.dtype == BF16:                                       # bits are no numbers to the loss or the search
-            logits = logits.astype(np.float32)
         return logits, self_maps, cross_maps
 
     # --- the public interface -------------------------------------------------------------
     def encode(self, src_ids) -> mt.Tensor:
-        """src_ids (B, S) -> memory (B, S, D)."""
+        """src_ids (B, S) -> memory (B, S, D); time-major (impl "fused"): (S, B, D)."""
         src = self._ids(src_ids)
         memory, _ = self._encode(src, padding_mask(src, self.config.pad_id))
         return memory
 
     def decode(self, tgt_in_ids, memory, src_pad_mask, cache: DecoderCache | None = None) -> mt.Tensor:
-        """tgt_in_ids (B, T) -> logits (B, T, V). With a cache, tgt_in_ids are the next T tokens."""
+        """tgt_in_ids (B, T) -> logits (B, T, V), float32 under bf16 (the search reads numbers, not bits).
+        With a cache, tgt_in_ids are the next T tokens."""
         logits, _, _ = self._decode(self._ids(tgt_in_ids), memory, src_pad_mask, cache)
-        return logits
+        return logits.astype(np.float32) if logits.dtype == BF16 else logits
 
     def forward(self, src_ids, tgt_in_ids) -> mt.Tensor:
-        """Figure 1, teacher forcing: src_ids (B, S), tgt_in_ids (B, T) -> logits (B, T, V)."""
+        """Figure 1, teacher forcing: src_ids (B, S), tgt_in_ids (B, T) -> logits (B, T, V).
+
+        The logits come in the activations' dtype: under bf16 that is bits (minitensor/dtypes.py),
+        which the loss reads as numbers (its kernel sums in float32: no float32 (B, T, V) copy is
+        made); read them yourself with `.astype(np.float32)`.
+        """
         src = self._ids(src_ids)
         src_mask = padding_mask(src, self.config.pad_id)               # (B, 1, 1, S)
         memory, _ = self._encode(src, src_mask)
@@ -130,7 +151,7 @@ class Transformer(nn.Module):
     def decode_step(self, cache: DecoderCache, tokens) -> mt.Tensor:
         """One incremental step: tokens (n,) at position cache.length -> logits (n, V); updates cache."""
         tokens = self.backend.asarray(tokens).reshape(-1, 1)           # (n,) -> (n, 1)
-        logits, _, _ = self._decode(tokens, None, None, cache)         # (n, 1, V)
+        logits = self.decode(tokens, None, None, cache)                # (n, 1, V)
         return logits.reshape(logits.shape[0], logits.shape[2])        # (n, 1, V) -> (n, V)
 
     def attention_maps(self, src_ids, tgt_in_ids) -> dict[str, np.ndarray]:

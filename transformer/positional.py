@@ -42,10 +42,13 @@ class PositionalEncoding(nn.Module):
         else:
             raise ValueError(f"unknown positional encoding {kind!r}; use 'sinusoidal' or 'learned'")
 
-    def forward(self, x: mt.Tensor, offset: int = 0) -> mt.Tensor:
-        T = x.shape[1]
+    def forward(self, x: mt.Tensor, offset: int = 0, time_axis: int = 1) -> mt.Tensor:
+        """x (B, T, D) + PE of positions offset.. offset+T-1; time_axis 0: x is (T, B, D)."""
+        T = x.shape[time_axis]
         if offset + T > self.max_len:
             raise ValueError(f"positions {offset}..{offset + T - 1} exceed the table of max_len={self.max_len} "
                              f"(raise config.max_len)")
         pe = self.table[offset:offset + T]                                     # (T, D)
+        if time_axis == 0:
+            pe = pe.reshape(T, 1, pe.shape[-1])                                # (T, 1, D): every sentence
         return x + pe.astype(x.dtype)                                          # (B, T, D) + (T, D)

@@ -3,7 +3,7 @@
 A Backend bundles an array module `xp` (numpy or cupy: the primitive ops are
 the array module's own `xp.exp`, ...) with the fused kernels of
 `minitensor/kernels/` (see kernels/README.md for their contract), and a few
-dtype-aware helpers (cast, add, matmul, dropout, ones) that also handle bf16, whose
+dtype-aware helpers (cast, add, scale, matmul, dropout, stacked) that also handle bf16, whose
 arrays are uint16 bits (minitensor/dtypes.py). The NumPy backend is the reference;
 every other backend must pass the same tests. Backends are singletons, so
 `a.backend is b.backend` says two tensors can meet.
@@ -18,7 +18,8 @@ from ..dtypes import BF16, is_half
 
 # The fused kernels every backend provides, one folder each under minitensor/kernels/.
 KERNELS = ("softmax_forward", "softmax_backward", "layernorm_forward", "layernorm_backward",
-           "cross_entropy_forward", "adam_step", "embedding_backward", "dropout_forward", "bf16_cast")
+           "cross_entropy_forward", "adam_step", "embedding_backward", "dropout_forward", "bf16_cast",
+           "bias_relu_forward", "bias_backward", "dropout_add_layernorm_forward", "dropout_add_layernorm_backward")
 
 
 class Backend:
@@ -61,39 +62,125 @@ class Backend:
             return a + b
         return self.cast(self.cast(a, np.float32) + self.cast(b, np.float32), BF16)
 
-    def matmul(self, a, b, out_dtype=None, bias=None):
+    def scale(self, x, factor):
+        """x *= factor in place (factor broadcasts to x: a row of per-row scales, say), rounded once to
+        x's dtype: bf16 bits too, which a plain *= would multiply as integers. Returns x."""
+        if x.dtype != BF16:
+            x *= factor.astype(x.dtype)
+            return x
+        x[...] = self.cast(self.cast(x, np.float32) * factor.astype(np.float32), BF16)
+        return x
+
+    def matmul(self, a, b, out_dtype=None, bias=None, out=None, accumulate=False):
         """a @ b (+ bias (N,)), batched over leading axes: (..., M, K) @ (..., K, N) or (K, N).
 
         Half-precision operands (fp16, bf16) are multiplied and summed in float32, as cuBLAS
         does with CUBLAS_COMPUTE_32F, and rounded once to out_dtype (default: a's dtype).
+        `out`: the array to write the product into (a view of a wider one, say), in its dtype;
+        `accumulate`: out += a @ b, rounded once.
         """
-        out_dtype = np.dtype(out_dtype or a.dtype)
+        out_dtype = np.dtype(out_dtype or (a.dtype if out is None else out.dtype))
         xp = self.xp
         if is_half(a.dtype):                                   # NumPy's own float16 matmul rounds as it sums
             c = xp.matmul(self.cast(a, np.float32), self.cast(b, np.float32))
             if bias is not None:
                 c += self.cast(bias, np.float32)
-            return self.cast(c, out_dtype)
-        c = xp.matmul(a, b)
-        if bias is not None:
-            c += bias
-        return c if c.dtype == out_dtype else c.astype(out_dtype)
+        else:
+            c = xp.matmul(a, b)
+            if bias is not None:
+                c += bias
+        if out is None:
+            return c if c.dtype == out_dtype else self.cast(c, out_dtype)
+        if accumulate:
+            c += self.cast(out, c.dtype)
+        out[...] = self.cast(c, out.dtype)
+        return out
 
-    def dropout(self, x, p: float, seed: int):
-        """Inverted dropout with the draws of `uniform(seed, x.shape)`: the same seed, the same mask."""
-        return self.dropout_forward(x, self.uniform(seed, x.shape, "float32"), p)
+    def dropout(self, x, p: float, seed: int, time_major: bool = False):
+        """Inverted dropout with the draws of `uniform(seed, x.shape)`: the same seed, the same mask.
 
-    def ones(self, n: int, dtype):
-        """A read-only length-n vector of ones in dtype (bf16: the bits of 1.0), for db = 1ᵀ dy as a GEMV.
-
-        A view of the longest such vector made so far, kept per dtype on the backend, so a
-        training step makes none (one fill kernel each otherwise, ~100 per base step).
+        time_major: x is (T, B, ...) and gets the draws of its (B, T, ...) transpose, so that each
+        element's mask depends on its sentence, position and feature, not on the layout.
         """
-        cache = vars(self).setdefault("_ones", {})
-        dtype = np.dtype(dtype)
-        if dtype not in cache or cache[dtype].size < n:
-            cache[dtype] = self.cast(self.xp.ones(max(n, 1024), dtype=np.float32), dtype)
-        return cache[dtype][:n]
+        return self.dropout_forward(x, self.draws(seed, x.shape, time_major), p)
+
+    def draws(self, seed: int, shape, time_major: bool = False):
+        """uniform(seed, shape) as dropout reads it: time_major, those of the (B, T, ...) transpose, swapped back."""
+        if not time_major:
+            return self.uniform(seed, shape, "float32")
+        return self.xp.swapaxes(self.uniform(seed, (shape[1], shape[0]) + tuple(shape[2:]), "float32"), 0, 1)
+
+    def dropout_add_layernorm(self, x, s, bias, gamma, beta, eps, p, seed, time_major=False):
+        """(y, z, mean, rstd) of z = x + Dropout_p(s + bias), y = LayerNorm(z) (§3.1, §5.4), the mask that of
+        dropout(seed): the dropout_add_layernorm_forward kernel with those draws."""
+        u = self.draws(seed, x.shape, time_major) if p > 0.0 else None
+        return self.dropout_add_layernorm_forward(x, s, u, p, bias, gamma, beta, eps)
+
+    def dropout_add_layernorm_grad(self, dys, z, gamma, mean, rstd, p, seed, time_major, with_bias):
+        """(dx, ds, dgamma, dbeta, dbias) of dropout_add_layernorm, dys the gradients of y (their sum is
+        taken in the kernel, two at a time at most: more are added first)."""
+        dys = self.at_most_two(dys)
+        u = self.draws(seed, z.shape, time_major) if p > 0.0 else None
+        return self.dropout_add_layernorm_backward(dys, z, u, p, gamma, mean, rstd, with_bias)
+
+    def at_most_two(self, dys) -> tuple:
+        """The gradients of one output as a tuple of at most two (the kernel adds two as it reads them):
+        more are added first."""
+        dys = tuple(dys)
+        while len(dys) > 2:
+            dys = (self.add(dys[0], dys[1]), *dys[2:])
+        return dys
+
+    def unfused_dropout_add_layernorm(self, x, s, bias, gamma, beta, eps, p, seed, time_major=False):
+        """dropout_add_layernorm from the unfused kernels (bias add, dropout, add, LayerNorm): for rows too wide
+        for the fused one. Half precision rounds after each step here, once there."""
+        d = s if bias is None else self.add(s, self.cast(bias, s.dtype))
+        z = self.add(x, self.dropout(d, p, seed, time_major) if p > 0.0 else d)
+        y, mean, rstd = self.layernorm_forward(z, gamma, beta, eps)
+        return y, z, mean, rstd
+
+    def unfused_dropout_add_layernorm_grad(self, dys, z, gamma, mean, rstd, p, seed, time_major, with_bias):
+        """dropout_add_layernorm_grad from the unfused kernels (see unfused_dropout_add_layernorm)."""
+        dy = dys[0]
+        for other in dys[1:]:
+            dy = self.add(dy, other)
+        dx, dgamma, dbeta = self.layernorm_backward(dy, z, gamma, mean, rstd)
+        ds = self.dropout(dx, p, seed, time_major) if p > 0.0 else dx
+        dbias = self.bias_backward(ds.reshape(-1, ds.shape[-1]), None, gamma.dtype)[1] if with_bias else None
+        return dx, ds, dgamma, dbeta, dbias
+
+    def stacked(self, arrays):
+        """One (n, *shape) array of n equally shaped arrays: a read-only view when they lie equally spaced in
+        one buffer (parameters in the optimizer's flat buffers do), else a copy (xp.stack).
+
+        The view of the same arrays (the same objects, as a training step passes its weights each step)
+        is made once and kept on the backend: a step asks for a few dozen.
+        """
+        views = vars(self).setdefault("_stacked_views", {})
+        key = tuple(map(id, arrays))
+        if key in views and all(a is b for a, b in zip(views[key][0], arrays)):
+            return views[key][1]
+        first, n = arrays[0], len(arrays)
+        if n > 1 and all(a.shape == first.shape and a.strides == first.strides and a.dtype == first.dtype
+                         for a in arrays):
+            places = [self.buffer_address(a) for a in arrays]
+            step = places[1][1] - places[0][1]
+            if (step >= first.nbytes and first.flags.c_contiguous and all(buffer is places[0][0] for buffer, _ in places)
+                    and all(b[1] - a[1] == step for a, b in zip(places, places[1:]))):
+                view = self.as_strided(first, (n,) + first.shape, (step,) + first.strides)
+                views[key] = (tuple(arrays), view)          # the arrays kept too: their ids stay theirs
+                return view
+        return self.xp.stack(arrays)
+
+    @staticmethod
+    def buffer_address(a):
+        """(the allocation a lives in, the address of a's first element)."""
+        return root_array(a), a.__array_interface__["data"][0]
+
+    @staticmethod
+    def as_strided(a, shape, strides):
+        """A read-only view of a's memory with these shape and strides (bytes)."""
+        return np.lib.stride_tricks.as_strided(a, shape, strides, subok=True, writeable=False)
 
     # --- fused kernels (KERNELS; contract in kernels/README.md) ---------------
     def softmax_forward(self, x, scale, mask):
@@ -133,8 +220,36 @@ class Backend:
         """x float -> bf16 bits (dtype uint16, nearest even), or bf16 bits -> float dtype (exact)."""
         raise NotImplementedError
 
+    def dropout_add_layernorm_forward(self, x, s, u, p, bias, gamma, beta, eps):
+        """(y, z, mean, rstd): z = x + Dropout(s + bias) with draws u (None when p = 0), y = LayerNorm(z)."""
+        raise NotImplementedError
+
+    def dropout_add_layernorm_backward(self, dys, z, u, p, gamma, mean, rstd, with_bias):
+        """(dx, ds, dgamma, dbeta, dbias) of dropout_add_layernorm_forward; dys: one or two gradients of y."""
+        raise NotImplementedError
+
+    def bias_relu_forward(self, x, bias):
+        """In place: x = max(0, x + bias) over the last axis (x C-contiguous). Returns x."""
+        raise NotImplementedError
+
+    def bias_backward(self, dy, relu_out, dtype):
+        """(dx, db): dx = dy where relu_out > 0 (dy itself when relu_out is None), db = Σ over axis -2 of dx."""
+        raise NotImplementedError
+
     def __repr__(self) -> str:
         return f"<backend {self.name} on {self.device}>"
+
+
+def root_array(a):
+    """The array that owns a's memory: down the chain of views, as_strided's views too."""
+    while True:
+        base = a.base
+        if isinstance(base, np.ndarray):
+            a = base
+        elif isinstance(getattr(base, "base", None), np.ndarray):   # as_strided keeps its source behind a stand-in
+            a = base.base
+        else:
+            return a
 
 
 def kernels_from(file: str):

@@ -1,4 +1,4 @@
-"""A backend that counts what a step would cost on a GPU: kernel launches, host syncs, uploads.
+"""A backend that counts what a step would cost on a GPU: kernel launches, host syncs, uploads, bytes, FLOPs.
 
 `CountingBackend()` runs the real code (the Transformer, autograd, Adam) on NumPy arrays, on
 the CPU, with the reference kernels, and counts each operation as CuPy 14 would run it on a
@@ -9,6 +9,9 @@ has its own counters:
     model = Transformer(config, rng, backend=backend, precision="fp16")
     backend.counts.clear(); train_step(...); backend.counts.launches, backend.counts.syncs
 
+`host_only.HostOnlyBackend()` records the same calls without computing anything (every result is
+an untouched np.empty): the Python of a full-size step, timed on any machine.
+
 The model of "a launch" (one kernel launch, memset or cuBLAS call on the GPU's stream):
   - every ufunc call: elementwise (`a + b`, `xp.exp`), in place (`a *= s`), reductions
     (`a.sum()`, `a.max(axis=...)`), `a.dot(b)`: 1 each;
@@ -18,15 +21,16 @@ The model of "a launch" (one kernel launch, memset or cuBLAS call on the GPU's s
     every `a[...] = v` (1), a `reshape` or `ascontiguousarray` that must copy (1);
   - `xp.concatenate` as CuPy does it: one kernel when more than 8 same-dtype arrays of less
     than 2 MiB each on average are joined, else one copy per array;
-  - `xp.matmul`: one cuBLAS call, plus CuPy's hidden copies: a 2-d operand that is neither
-    C- nor F-ordered is copied; for more than 2 dimensions every operand that is not
-    C-contiguous is copied, and float16 operands are copied to float32 and the result back
-    (cupy.matmul runs batched float16 products in float32);
+  - `xp.matmul`: one cuBLAS call, plus CuPy's hidden copies (launch_costs.matmul_launches);
   - each of our fused kernels (kernels/*/cupy_launch.py): what its launcher runs (a kernel plus
-    the memsets and casts it makes, LAUNCHER_COST below);
-  - `backend.matmul`: what CupyBackend.matmul runs (cupy_blas: copies it needs plus one GEMM);
+    the memsets and casts it makes, launch_costs.LAUNCHER_COST);
+  - `backend.matmul`: what CupyBackend.matmul runs (cupy_blas: copies it needs plus one GEMM,
+    any dtype);
   - views are free: reshape of a contiguous array, transpose, swapaxes, basic slicing,
     broadcast_to, `a.view(dtype)`.
+Bytes: what each launch reads and writes (launch_costs.footprint of its arrays); FLOPs: 2·m·n·k per
+GEMM. `counts.allocations` lists (shape, dtype) of every array a device call made, so a test
+can say that a step never makes, say, a float32 (B, T, V) array.
 A sync (the host waits for the GPU): reading a device value on the host (`to_numpy`, `float()`,
 `int()`, `bool()`, `.item()`, `.tolist()`), a boolean-mask gather, `synchronize()`.
 An upload (host -> device copy) is counted apart: CuPy stages a NumPy array through pinned memory
@@ -41,70 +45,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dtypes import BF16, is_half
+from ..dtypes import BF16
 from ..kernels.bf16_cast.reference import bf16_to_float32, float_to_bf16
 from . import cupy_blas
 from .base import KERNELS
+from .launch_costs import (CONCAT_SINGLE_KERNEL, FREE_FUNCTIONS, LAUNCHER_COST, LaunchCounts, arrays_in,
+                           contiguous_copies, matmul_launches, plain)
+from ..kernels.dropout_add_layernorm_forward.cupy_launch import fits
 from .numpy_backend import NumpyBackend
-
-CONCAT_SINGLE_KERNEL = (8, 2 * 1024 * 1024)  # cupy _concatenate: > 8 arrays, < 2 MiB each on average
-FREE_FUNCTIONS = {"empty_like", "broadcast_to", "swapaxes", "transpose", "moveaxis", "expand_dims", "squeeze",
-                  "shape", "ndim", "may_share_memory", "shares_memory", "result_type", "can_cast", "iscomplexobj"}
-
-
-class LaunchCounts:
-    """Launches, syncs and uploads seen so far, and the launches by kind (e.g. "ufunc add")."""
-
-    def __init__(self):
-        self.clear()
-
-    def clear(self) -> None:
-        self.launches = self.syncs = self.uploads = 0
-        self.by_kind: dict[str, int] = {}
-
-    def launch(self, kind: str, n: int = 1) -> None:
-        if n:
-            self.launches += n
-            self.by_kind[kind] = self.by_kind.get(kind, 0) + n
-
-    def sync(self) -> None:
-        self.syncs += 1
-
-    def snapshot(self) -> dict:
-        return {"launches": self.launches, "syncs": self.syncs, "uploads": self.uploads,
-                "by_kind": dict(sorted(self.by_kind.items(), key=lambda kv: -kv[1]))}
-
-
-def _plain(value):
-    """value with every DeviceArray inside (nested lists and tuples) seen as a plain ndarray."""
-    if isinstance(value, DeviceArray):
-        return value.view(np.ndarray)
-    if isinstance(value, (list, tuple)):
-        return type(value)(_plain(v) for v in value)
-    return value
-
-
-def _arrays(value):
-    """The DeviceArrays inside value (nested lists and tuples)."""
-    if isinstance(value, DeviceArray):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [a for v in value for a in _arrays(v)]
-    return []
-
-
-def _is_gemm_ready(a) -> bool:
-    """A 2-d operand cuBLAS reads as it is (C- or F-ordered); cupy.dot copies any other."""
-    return a.ndim < 2 or a.flags.c_contiguous or a.flags.f_contiguous
-
-
-def matmul_launches(a, b) -> int:
-    """Launches of cupy.matmul(a, b) (cupy/_core/_routines_linalg.pyx `matmul`, `dot`)."""
-    if a.ndim <= 2 and b.ndim <= 2:                              # dot: one GEMM/GEMV, copies of odd layouts
-        return 1 + (not _is_gemm_ready(a)) + (not _is_gemm_ready(b))
-    half = np.result_type(a.dtype, b.dtype) == np.float16       # computed in float32, cast back
-    copies = sum(not x.flags.c_contiguous or half for x in (a, b))
-    return copies + 1 + half
 
 
 class DeviceArray(np.ndarray):
@@ -115,96 +63,90 @@ class DeviceArray(np.ndarray):
 
     counts: LaunchCounts
 
-    def _wrap(self, result, launches=0, kind="copy"):
-        self.counts.launch(kind, launches)
-        if isinstance(result, np.ndarray):
-            return result.view(type(self))
+    def _wrap(self, result, launches=0, kind="copy", nbytes=0):
+        if launches:
+            self.counts.launch(kind, launches, nbytes)
         if isinstance(result, np.generic):                       # CuPy returns 0-d arrays, not scalars
-            return np.asarray(result).view(type(self))
+            result = np.asarray(result)
+        if isinstance(result, np.ndarray):
+            if launches:
+                self.counts.allocate(result)
+            return result if type(result) is type(self) else result.view(type(self))
         return result
 
     def __array_ufunc__(self, ufunc, method, *inputs, out=None, **kwargs):
         if out is not None:
-            kwargs["out"] = tuple(_plain(o) for o in out)
+            kwargs["out"] = tuple(plain(o) for o in out)
         if ufunc is np.matmul and method == "__call__":
-            n = matmul_launches(*(np.asarray(_plain(x)) for x in inputs[:2]))
+            n = matmul_launches(*(np.asarray(plain(x)) for x in inputs[:2]))
         else:
             n = 1
-        result = getattr(ufunc, method)(*_plain(inputs), **kwargs)
+        result = getattr(ufunc, method)(*plain(inputs), **kwargs)
         kind = f"{'ufunc' if method == '__call__' else method} {ufunc.__name__}"
+        moved = self.counts.moved(inputs)
         if out is not None:
-            self.counts.launch(kind, n)
+            self.counts.launch(kind, n, moved + self.counts.moved(out))
             return out[0] if len(out) == 1 else out
         if isinstance(result, tuple):
-            self.counts.launch(kind, n)
+            self.counts.launch(kind, n, moved + sum(r.nbytes for r in result))
             return tuple(self._wrap(r) for r in result)
-        return self._wrap(result, n, kind)
+        return self._wrap(result, n, kind, moved + np.asarray(result).nbytes)
 
     def __array_function__(self, func, types, args, kwargs):
         name = func.__name__
-        result = func(*_plain(args), **{k: _plain(v) for k, v in kwargs.items()})
-        inputs = _arrays(args) + _arrays(list(kwargs.values()))
-        if name in FREE_FUNCTIONS or not isinstance(result, np.ndarray):
-            n = 0
-        elif name == "concatenate":
-            arrays = _arrays(args[0])
-            limit, size = CONCAT_SINGLE_KERNEL
-            single = (len(arrays) > limit and all(a.dtype == result.dtype for a in arrays)
-                      and result.nbytes < size * len(arrays))
-            n = 1 if single else len(arrays)
-            if single:
-                self.counts.uploads += 1                         # the table of the arrays' pointers
-        else:                                                    # a new array costs a kernel; a view none
-            n = 0 if any(np.may_share_memory(result, a.view(np.ndarray)) for a in inputs) else 1
-        return self._wrap(result, n, f"function {name}")
+        result = func(*plain(args), **{k: plain(v) for k, v in kwargs.items()})
+        return self._wrap(result, *function_launches(name, args, kwargs, result, self.counts))
 
     # --- methods NumPy implements in C (no __array_ufunc__ / __array_function__ hook) ---------
     def astype(self, dtype, order="K", casting="unsafe", subok=True, copy=True):
         same = np.dtype(dtype) == self.dtype
         if same and not copy:
             return self
-        return self._wrap(self.view(np.ndarray).astype(dtype, order=order, casting=casting), 1, "astype")
+        result = self.view(np.ndarray).astype(dtype, order=order, casting=casting)
+        return self._wrap(result, 1, "astype", self.counts.moved(self) + result.nbytes)
 
     def copy(self, order="C"):
-        return self._wrap(self.view(np.ndarray).copy(order=order), 1, "copy")
+        result = self.view(np.ndarray).copy(order=order)
+        return self._wrap(result, 1, "copy", self.counts.moved(self) + result.nbytes)
 
     def reshape(self, *shape, **kwargs):
-        plain = self.view(np.ndarray)
-        result = plain.reshape(*shape, **kwargs)
-        copied = result.size > 0 and not np.may_share_memory(result, plain)
-        return self._wrap(result, int(copied), "reshape copy")
+        plain_self = self.view(np.ndarray)
+        result = plain_self.reshape(*shape, **kwargs)
+        copied = result.size > 0 and not np.may_share_memory(result, plain_self)
+        return self._wrap(result, int(copied), "reshape copy", 2 * result.nbytes if copied else 0)
 
     def ravel(self, order="C"):
         return self.reshape(-1, order=order)
 
     def fill(self, value):
-        self.counts.launch("fill")
+        self.counts.launch("fill", 1, self.nbytes)
         self.view(np.ndarray).fill(value)
 
     def dot(self, other, out=None):
-        return self._wrap(self.view(np.ndarray).dot(_plain(other)), 1, "dot")
+        result = self.view(np.ndarray).dot(plain(other))
+        return self._wrap(result, 1, "dot", self.counts.moved(self, other) + np.asarray(result).nbytes)
 
     def argmax(self, *args, **kwargs):
-        return self._wrap(self.view(np.ndarray).argmax(*args, **kwargs), 1, "argmax")
+        result = self.view(np.ndarray).argmax(*args, **kwargs)
+        return self._wrap(result, 1, "argmax", self.counts.moved(self))
 
     def cumsum(self, *args, **kwargs):
-        return self._wrap(self.view(np.ndarray).cumsum(*args, **kwargs), 1, "cumsum")
+        return self._wrap(self.view(np.ndarray).cumsum(*args, **kwargs), 1, "cumsum", 2 * self.nbytes)
 
     def __getitem__(self, index):
-        plain = self.view(np.ndarray)
-        result = plain[_plain(index)]
+        plain_self = self.view(np.ndarray)
+        result = plain_self[plain(index)]
         if not isinstance(result, np.ndarray):                    # one element: a 0-d view in CuPy
             return self._wrap(np.asarray(result))
-        masks = [i for i in (index if isinstance(index, tuple) else (index,))
-                 if isinstance(i, np.ndarray) and i.dtype == np.bool_]
-        if masks:
+        if _has_mask(index):
             self.counts.sync()                                    # the result's size is read on the host
-        gathered = result.size > 0 and not np.may_share_memory(result, plain)
-        return self._wrap(result, int(gathered), "gather")
+        gathered = result.size > 0 and not np.may_share_memory(result, plain_self)
+        return self._wrap(result, int(gathered), "gather", 2 * result.nbytes if gathered else 0)
 
     def __setitem__(self, index, value):
-        self.counts.launch("setitem")
-        self.view(np.ndarray)[_plain(index)] = _plain(value)
+        target = self.view(np.ndarray)[plain(index)]
+        self.counts.launch("setitem", 1, np.asarray(target).nbytes + self.counts.moved(value))
+        self.view(np.ndarray)[plain(index)] = plain(value)
 
     # --- reading on the host: syncs -------------------------------------------------------
     def _host(self):
@@ -230,6 +172,29 @@ class DeviceArray(np.ndarray):
         return self._host().tolist()
 
 
+def _has_mask(index) -> bool:
+    return any(isinstance(i, np.ndarray) and i.dtype == np.bool_
+               for i in (index if isinstance(index, tuple) else (index,)))
+
+
+def function_launches(name, args, kwargs, result, counts) -> tuple[int, str, int]:
+    """(launches, kind, bytes) of `xp.<name>(*args, **kwargs)` that made `result` (CuPy's rules)."""
+    inputs = arrays_in(args) + arrays_in(list(kwargs.values()))
+    if name in FREE_FUNCTIONS or not isinstance(result, np.ndarray):
+        return 0, f"function {name}", 0
+    moved = counts.moved(inputs) + result.nbytes
+    if name == "concatenate":
+        joined = arrays_in(args[0])
+        limit, size = CONCAT_SINGLE_KERNEL
+        single = (len(joined) > limit and all(a.dtype == result.dtype for a in joined)
+                  and result.nbytes < size * len(joined))
+        if single:
+            counts.uploads += 1                                   # the table of the arrays' pointers
+        return (1 if single else len(joined)), f"function {name}", moved
+    view = any(np.may_share_memory(result, a.view(np.ndarray)) for a in inputs)   # a view costs nothing
+    return (0 if view else 1), f"function {name}", 0 if view else moved
+
+
 class CountingNamespace:
     """The `xp` of a CountingBackend: NumPy, except that what makes arrays makes DeviceArrays."""
 
@@ -241,7 +206,8 @@ class CountingNamespace:
         return getattr(np, name)
 
     def _new(self, array, launches, kind):
-        self._counts.launch(kind, launches)
+        self._counts.launch(kind, launches, array.nbytes if launches else 0)
+        self._counts.allocate(array)
         return array.view(self.ndarray)
 
     def zeros(self, shape, dtype=float, order="C"):
@@ -255,6 +221,9 @@ class CountingNamespace:
 
     def empty(self, shape, dtype=float, order="C"):
         return self._new(np.empty(shape, dtype, order), 0, "alloc")
+
+    def empty_like(self, a, dtype=None, order="K"):
+        return self._new(np.empty_like(plain(a), dtype, order), 0, "alloc")
 
     def arange(self, *args, **kwargs):
         return self._new(np.arange(*args, **kwargs), 1, "arange")
@@ -279,38 +248,6 @@ class CountingNamespace:
         return self.asarray(np.ascontiguousarray(a, dtype=dtype))
 
 
-# What each kernels/<op>/cupy_launch.py entry point launches, besides its kernel, read off the
-# launcher (memsets of outputs it zeroes, casts and copies of inputs it must convert).
-def _contiguous(*arrays) -> int:
-    return sum(not a.flags.c_contiguous for a in arrays)
-
-
-def _cast(a, dtype) -> int:
-    return int(np.dtype(a.dtype) != np.dtype(dtype) or not a.flags.c_contiguous)
-
-
-def _acc(x):
-    return np.float64 if x.dtype == np.float64 else np.float32
-
-
-LAUNCHER_COST = {
-    "softmax_forward": lambda x, scale, mask: 1 + _contiguous(x)
-    + (mask is not None and np.dtype(mask.dtype) != np.bool_),
-    "softmax_backward": lambda y, dy, scale: 1 + _contiguous(y) + _cast(dy, y.dtype),
-    "layernorm_forward": lambda x, gamma, beta, eps: 1 + _contiguous(x) + _cast(gamma, _acc(x))
-    + _cast(beta, _acc(x)),
-    "layernorm_backward": lambda dy, x, gamma, mean, rstd: 2 + _contiguous(x) + _cast(dy, x.dtype)
-    + _cast(gamma, _acc(x)) + 2 * (np.dtype(gamma.dtype) != np.dtype(_acc(x))),   # rows, then columns
-    "cross_entropy_forward": lambda logits, targets, smoothing, ignore_index: 1 + _contiguous(logits)
-    + _cast(targets, np.int64),
-    "adam_step": lambda param, grad, m, v, lr, beta1, beta2, eps, step, half=None: 1,
-    "embedding_backward": lambda dout, ids, num_embeddings: 2 + _contiguous(dout) + _cast(ids, np.int64)
-    + (np.dtype(dout.dtype) != np.dtype(_acc(dout))),           # memset, kernel, cast back
-    "dropout_forward": lambda x, u, p: 1 + _contiguous(x, u),
-    "bf16_cast": lambda x, dtype: 1 + _contiguous(x),
-}
-
-
 def counted_kernels(cls):
     """Class decorator: each kernel in KERNELS runs its NumPy reference and counts its launcher's launches."""
     for op in KERNELS:
@@ -320,11 +257,10 @@ def counted_kernels(cls):
 
 def _counted_kernel(op, reference):
     def kernel(self, *args, **kwargs):
-        self.counts.launch(f"kernel {op}", LAUNCHER_COST[op](*args, **kwargs))
-        result = reference(*_plain(args), **{k: _plain(v) for k, v in kwargs.items()})
-        if isinstance(result, tuple):
-            return tuple(r.view(self.xp.ndarray) if isinstance(r, np.ndarray) else r for r in result)
-        return result.view(self.xp.ndarray) if isinstance(result, np.ndarray) else result
+        result = self.run_kernel(reference, args, kwargs, op)
+        moved = self.counts.moved(args, list(kwargs.values()), result)
+        self.counts.launch(f"kernel {op}", LAUNCHER_COST[op](*args, **kwargs), moved)
+        return result
 
     kernel.__name__ = op
     return kernel
@@ -336,10 +272,33 @@ class CountingBackend(NumpyBackend):
 
     name = "counting"
     device = "counting"   # not "cpu": the code takes its GPU paths (e.g. float16 logits go to the kernel as they are)
+    computes = True       # HostOnlyBackend: False
 
     def __init__(self):
+        self.reference = NumpyBackend()                            # what the values are (dropout's draws)
         self.counts = LaunchCounts()
-        self.xp = CountingNamespace(type("DeviceArray", (DeviceArray,), {"counts": self.counts}))
+        self.xp = self._namespace(self.counts)
+        self.plans = {}                                           # cupy_blas's Plans, as CupyBackend keeps them
+
+    def _namespace(self, counts):
+        return CountingNamespace(type("DeviceArray", (DeviceArray,), {"counts": counts}))
+
+    def _device(self, result):
+        """result (an array, a tuple of them, or None) seen as this backend's device arrays."""
+        if isinstance(result, tuple):
+            return tuple(self._device(r) for r in result)
+        return result.view(self.xp.ndarray) if isinstance(result, np.ndarray) else result
+
+    def run_kernel(self, reference, args, kwargs, op):
+        """What kernel `op` returns, its arrays recorded as made: here its NumPy reference, computed
+        (HostOnlyBackend: empty arrays of the right shapes)."""
+        inputs = plain(list(args) + list(kwargs.values()))
+        result = reference(*plain(args), **{k: plain(v) for k, v in kwargs.items()})
+        made = {id(a): a for a in arrays_in(result)} if self.counts.detailed else {}   # one array returned twice: one
+        for array in made.values():
+            if not any(np.may_share_memory(array, a) for a in arrays_in(inputs)):   # in place: nothing made
+                self.counts.allocate(array)
+        return self._device(result)
 
     def asarray(self, data, dtype=None):
         return self.xp.asarray(data, dtype=dtype)
@@ -350,36 +309,70 @@ class CountingBackend(NumpyBackend):
         return np.asarray(array)
 
     def scatter_add(self, target, index, values) -> None:
-        self.counts.launch("scatter_add")
-        np.add.at(target.view(np.ndarray), _plain(index), _plain(values))
+        self.counts.launch("scatter_add", 1, self.counts.moved(values, target))
+        np.add.at(target.view(np.ndarray), plain(index), plain(values))
 
     def uniform(self, seed: int, shape, dtype):
-        self.counts.launch("uniform", 1 + (np.dtype(dtype) != np.float32))
-        return super().uniform(seed, shape, dtype).view(self.xp.ndarray)
+        self.counts.launch("uniform", 1 + (np.dtype(dtype) != np.float32), int(np.prod(shape)) * 4)
+        return self._device(NumpyBackend.uniform(self, seed, shape, dtype))
 
     def synchronize(self) -> None:
         self.counts.sync()
 
-    def dropout(self, x, p: float, seed: int):
-        self.counts.launch("kernel dropout (seeded)", 1 + _contiguous(x))   # CupyBackend: draws made inline
-        u = NumpyBackend.uniform(self, seed, x.shape, "float32")
-        return NumpyBackend.dropout_forward(_plain(x), u, p).view(self.xp.ndarray)
+    def dropout(self, x, p: float, seed: int, time_major: bool = False):
+        """CupyBackend: one kernel that draws inline (no array of draws); the values: NumpyBackend's."""
+        y = self.run_kernel(lambda x: self.reference.dropout(x, p, seed, time_major), (x,), {}, "dropout_forward")
+        self.counts.launch("kernel dropout (seeded)", 1 + contiguous_copies(x), self.counts.moved(x) + y.nbytes)
+        return y
+
+    def dropout_add_layernorm(self, x, s, bias, gamma, beta, eps, p, seed, time_major=False):
+        """CupyBackend: one kernel drawing the mask inline (rows of at most 1024); the values: NumpyBackend's."""
+        if not fits(x.shape[-1]):
+            return self.unfused_dropout_add_layernorm(x, s, bias, gamma, beta, eps, p, seed, time_major)
+        reference = self.reference.dropout_add_layernorm
+        return self._seeded("dropout_add_layernorm_forward", (x, s, None, p, bias, gamma, beta, eps),
+                            lambda x, s, u, p, bias, gamma, beta, eps:
+                            reference(x, s, bias, gamma, beta, eps, p, seed, time_major))
+
+    def dropout_add_layernorm_grad(self, dys, z, gamma, mean, rstd, p, seed, time_major, with_bias):
+        dys = self.at_most_two(dys)
+        if not fits(z.shape[-1]):
+            return self.unfused_dropout_add_layernorm_grad(dys, z, gamma, mean, rstd, p, seed, time_major, with_bias)
+        reference = self.reference.dropout_add_layernorm_grad
+        return self._seeded("dropout_add_layernorm_backward", (dys, z, None, p, gamma, mean, rstd, with_bias),
+                            lambda dys, z, u, p, gamma, mean, rstd, with_bias:
+                            reference(dys, z, gamma, mean, rstd, p, seed, time_major, with_bias))
+
+    def _seeded(self, op, args, compute):
+        """A kernel that draws its mask inline (no u array): counted as its launcher runs it, values by compute."""
+        result = self.run_kernel(compute, args, {}, op)
+        moved = self.counts.moved(args, result)
+        self.counts.launch(f"kernel {op} (seeded)", LAUNCHER_COST[op](*args), moved)
+        return result
 
     def add(self, a, b):
         if a.dtype != BF16:
             return a + b                                          # one ufunc
-        self.counts.launch("kernel bf16 add")                     # CupyBackend: one elementwise kernel
-        total = bf16_to_float32(_plain(a)) + bf16_to_float32(_plain(b))
-        return float_to_bf16(total).view(self.xp.ndarray)
+        y = self.run_kernel(lambda a, b: float_to_bf16(bf16_to_float32(a) + bf16_to_float32(b)), (a, b), {},
+                            "bf16 add")
+        self.counts.launch("kernel bf16 add", 1, self.counts.moved(a, b) + y.nbytes)   # one elementwise kernel
+        return y
 
-    def matmul(self, a, b, out_dtype=None, bias=None):
-        """What CupyBackend.matmul runs: half precision through cupy_blas (its copies counted by xp,
-        one launch per cuBLAS call, computed by cupy_blas.numpy_gemm), the rest through cupy.matmul."""
-        if not is_half(a.dtype):
-            return super().matmul(a, b, out_dtype, bias)
+    def scale(self, x, factor):
+        if x.dtype != BF16:
+            return super().scale(x, factor)
+        self.counts.launch("kernel bf16 scale", 1, 2 * self.counts.moved(x) + self.counts.moved(factor))   # CupyBackend: one kernel
+        if self.computes:
+            x.view(np.ndarray)[...] = float_to_bf16(bf16_to_float32(plain(x)) * plain(factor))
+        return x
 
-        def gemm(*args):
-            self.counts.launch("cublas gemm")
-            cupy_blas.numpy_gemm(*args)
+    def matmul(self, a, b, out_dtype=None, bias=None, out=None, accumulate=False):
+        """What CupyBackend.matmul runs: cupy_blas's plan (its copies counted by xp), one launch per cuBLAS
+        call, computed by cupy_blas.numpy_gemm."""
+        return cupy_blas.matmul(a, b, out_dtype, bias, xp=self.xp, gemm=self.gemm, out=out, accumulate=accumulate,
+                                plans=self.plans)
 
-        return cupy_blas.matmul(a, b, out_dtype, bias, xp=self.xp, gemm=gemm)
+    def gemm(self, *args):
+        """One cuBLAS call (cupy_blas.cublas_gemm's arguments): counted, and computed by numpy_gemm."""
+        self.counts.launch("cublas gemm", 1, *cupy_blas.gemm_cost(*args))
+        cupy_blas.numpy_gemm(*args)

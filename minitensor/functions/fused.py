@@ -16,41 +16,114 @@ class Linear(Function):
     One Function instead of cast + matmul + expand + add: a Transformer step has
     ~100 of these, and on a GPU each avoided op is a launch and a Python call
     saved. Rows of x are flattened so each product is a single GEMM.
-    dx = dy Wᵀ, dW = xᵀ dy, db = Σ_rows dy = 1ᵀ dy; dW and db are accumulated in float32 at
-    least and written in the dtype of the (float32 master) weights, with no cast after.
-    `half`: the optimizer's copies of (W, b) in x's dtype (Parameter.half), so mixed precision
-    casts nothing here; None casts W and b (a no-op when they already have x's dtype).
+    dx = dy Wᵀ, dW = xᵀ dy, db = Σ_rows dy (the bias_backward kernel: a column sum); dW and db are
+    accumulated in float32 at least and written in the dtype of the (float32 master) weights, with
+    no cast after. `half`: the optimizer's copies of (W, b) in x's dtype (Parameter.half), so mixed
+    precision casts nothing here; None casts W and b (a no-op when they already have x's dtype).
     Composed twin: `x @ W + b`.
     """
 
     @staticmethod
     def forward(ctx, x, weight, *bias, half=None):
-        backend = ctx.backend
-        if half is None:
-            half = tuple(backend.cast(p, x.dtype) for p in (weight, *bias))
-        w = half[0]
-        rows = x.reshape(-1, x.shape[-1])                      # (..., in) -> (R, in)
-        y = backend.matmul(rows, w, bias=half[1] if bias else None)   # (R, in) @ (in, out) + (out,)
-        ctx.save_for_backward(rows, w)
-        return y.reshape(x.shape[:-1] + (w.shape[1],))         # (R, out) -> (..., out)
+        rows, w, half_bias = _rows_and_weights(ctx, x, (weight, *bias), half)
+        y = ctx.backend.matmul(rows, w[0], bias=half_bias[0] if bias else None)   # (R, in) @ (in, out) + (out,)
+        ctx.save_for_backward(rows, w[0])
+        return y.reshape(x.shape[:-1] + (y.shape[-1],))        # (R, out) -> (..., out)
 
     @staticmethod
     def backward(ctx, grad_out):
         rows, w = ctx.saved
-        backend, w_dtype = ctx.backend, ctx.input_dtypes[1]
         g = grad_out.reshape(-1, grad_out.shape[-1])           # (..., out) -> (R, out)
-        dx = backend.matmul(g, w.T).reshape(ctx.input_shapes[0]) if ctx.needs_input_grad[0] else None
-        dw = backend.matmul(rows.T, g, out_dtype=w_dtype) if ctx.needs_input_grad[1] else None
-        if len(ctx.needs_input_grad) == 2:
-            return dx, dw
-        db = None
-        if ctx.needs_input_grad[2]:
-            # db = 1ᵀ dy as one matrix product (BLAS / cuBLAS) with a cached vector of ones.
-            # Not g.sum(axis=0): CuPy reduces the leading axis of a (rows, out) array with a few
-            # thousand threads striding down the columns, ~1 ms per call at Transformer-base sizes.
-            ones = backend.ones(g.shape[0], g.dtype).reshape(1, -1)           # (1, R)
-            db = backend.matmul(ones, g, out_dtype=w_dtype).reshape(-1)       # (1, R) @ (R, out) -> (out,)
-        return dx, dw, db
+        dx, dw, db = _linear_backward(ctx, rows, w, g, with_bias=len(ctx.needs_input_grad) == 3)
+        return (dx, dw, db) if len(ctx.needs_input_grad) == 3 else (dx, dw)
+
+
+class LinearReLU(Function):
+    """y = max(0, x W + b) over the last axis (§3.3, Eq. (2)'s inner layer), computed in x's dtype.
+
+    The product is one GEMM; the bias and the ReLU are one pass over its output, in place (the
+    bias_relu_forward kernel). Backward: the bias_backward kernel masks dy where y = 0 and sums
+    the columns (dh and db in one pass), then dx = dh Wᵀ and dW = xᵀ dh. Saves x, W and y.
+    `half` as in Linear. Composed twin: `(x @ W + b).relu()`.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, *, half=None):
+        rows, w, b = _rows_and_weights(ctx, x, (weight, bias), half)
+        y = ctx.backend.bias_relu_forward(ctx.backend.matmul(rows, w[0]), b[0])   # (R, in) @ (in, out), in place
+        ctx.save_for_backward(rows, w[0], y)
+        return y.reshape(x.shape[:-1] + (y.shape[-1],))
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        rows, w, y = ctx.saved
+        g = grad_out.reshape(-1, grad_out.shape[-1])
+        return _linear_backward(ctx, rows, w, g, with_bias=True, relu_out=y)
+
+
+class StackedLinear(Function):
+    """y[s] = x W_s + b_s for s = 1..n: n Linear layers of one input as one batched product.
+
+    Inputs: x (..., in), W_1..W_n (in, out), then b_1..b_n (out,) or no biases; returns
+    (n, ..., out). §3.2.2's projections of one input (Q, K, V of the same tokens, or K, V of the
+    memory) are such a group. The weights are read as one (n, in, out) array, a view when they lie
+    equally spaced in one buffer, as the optimizer's flat buffers keep them (Backend.stacked).
+    Backward: dW = xᵀ dy (one batched product), db = Σ_rows dy (one column-sum kernel), and
+    dx = Σ_s dy_s W_sᵀ (n products, each after the first adding into the same dx: beta = 1).
+    `half` as in Linear. Composed twin: `stack([x @ W_s + b_s for s])`.
+    """
+
+    @staticmethod
+    def forward(ctx, x, *params, half=None):
+        backend = ctx.backend
+        rows, w, b = _rows_and_weights(ctx, x, params, half)
+        w = backend.stacked(w)                                  # (n, in, out)
+        y = backend.xp.empty((w.shape[0], rows.shape[0], w.shape[2]), dtype=x.dtype)
+        if b:
+            y[...] = backend.stacked(b)[:, None, :]            # each slot starts as its bias ...
+        backend.matmul(rows, w, out=y, accumulate=bool(b))      # ... and gets (R, in) @ (n, in, out) added
+        ctx.save_for_backward(rows, w)
+        return y.reshape((w.shape[0],) + x.shape[:-1] + (w.shape[2],))
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        rows, w = ctx.saved
+        n = w.shape[0]
+        g = grad_out.reshape(n, -1, grad_out.shape[-1])        # (n, ..., out) -> (n, R, out)
+        dx, dw, db = _linear_backward(ctx, rows, w, g, with_bias=len(ctx.needs_input_grad) == 1 + 2 * n)
+        return (dx, *(None if dw is None else dw), *(() if db is None else db))
+
+
+def _rows_and_weights(ctx, x, params, half):
+    """(x as rows (R, in), the weights (2-d params) and the biases in x's dtype, each a tuple)."""
+    if half is None:
+        half = tuple(ctx.backend.cast(p, x.dtype) for p in params)
+    weights = tuple(p for p in half if p.ndim == 2)
+    return x.reshape(-1, x.shape[-1]), weights, half[len(weights):]   # (..., in) -> (R, in)
+
+
+def _linear_backward(ctx, rows, w, g, with_bias, relu_out=None):
+    """(dx, dW, db) of rows (R, in) @ w (in, out) or (n, in, out) [+ b] [ReLU], given g (R, out) or (n, R, out).
+
+    dW and db come in the masters' dtype (ctx.input_dtypes[1]); stacked weights give n of each
+    (views of one array); None where no gradient is needed.
+    """
+    backend, w_dtype, needs = ctx.backend, ctx.input_dtypes[1], ctx.needs_input_grad
+    n = w.shape[0] if w.ndim == 3 else 1                       # weights: inputs 1..n
+    db = None
+    if with_bias or relu_out is not None:
+        g, db = backend.bias_backward(g, relu_out, w_dtype)    # relu_out: dh = dy where y > 0; db = Σ_rows dh
+    dx = None
+    if needs[0]:
+        slots = [(g, w)] if w.ndim == 2 else list(zip(g, w))   # dx = Σ_s dy_s W_sᵀ
+        dx = backend.matmul(slots[0][0], slots[0][1].T)
+        for g_s, w_s in slots[1:]:
+            backend.matmul(g_s, w_s.T, out=dx, accumulate=True)
+        dx = dx.reshape(ctx.input_shapes[0])
+    dw = backend.matmul(rows.T, g, out_dtype=w_dtype) if any(needs[1:1 + n]) else None   # (in, R) @ (.., R, out)
+    if w.ndim == 3:                                            # stacked: one view per weight
+        return dx, None if dw is None else tuple(dw), None if db is None else tuple(db)
+    return dx, dw, db
 
 
 class Softmax(Function):
@@ -101,24 +174,14 @@ class LayerNorm(Function):
 
     @staticmethod
     def forward(ctx, x, gamma, beta, *, eps):
-        return layer_norm_forward(ctx, x, gamma, beta, eps)
+        y, mean, rstd = ctx.backend.layernorm_forward(x, gamma, beta, eps)
+        ctx.save_for_backward(x, gamma, mean, rstd)
+        return y
 
     @staticmethod
     def backward(ctx, grad_out):
-        return layer_norm_backward(ctx, grad_out)
-
-
-def layer_norm_forward(ctx, x, gamma, beta, eps):
-    """LayerNorm's forward inside any Function that normalises; saves what the backward needs."""
-    y, mean, rstd = ctx.backend.layernorm_forward(x, gamma, beta, eps)
-    ctx.save_for_backward(x, gamma, mean, rstd)
-    return y
-
-
-def layer_norm_backward(ctx, grad_out):
-    """(dx, dγ, dβ) for a forward done by layer_norm_forward; dγ, dβ in the parameters' own dtype."""
-    x, gamma, mean, rstd = ctx.saved
-    return ctx.backend.layernorm_backward(grad_out, x, gamma, mean, rstd)
+        x, gamma, mean, rstd = ctx.saved
+        return ctx.backend.layernorm_backward(grad_out, x, gamma, mean, rstd)   # dγ, dβ in the parameters' dtype
 
 
 class CrossEntropy(Function):
@@ -142,8 +205,7 @@ class CrossEntropy(Function):
     @staticmethod
     def backward(ctx, grad_out):
         (dlogits,) = ctx.saved
-        dlogits *= grad_out[:, None].astype(dlogits.dtype)  # in place: the saved array is used once, then freed
-        return dlogits
+        return ctx.backend.scale(dlogits, grad_out[:, None])  # in place: the saved array is used once, then freed
 
 
 class Dropout(Function):
@@ -151,18 +213,19 @@ class Dropout(Function):
 
     u are uniform draws regenerated from `seed` in backward, so no mask is kept
     in memory between forward and backward (the draws are a function of the seed).
+    time_major: x is (T, B, ...), masked as its (B, T, ...) transpose would be (Backend.dropout).
     """
 
     @staticmethod
-    def forward(ctx, x, *, p, seed):
-        return inverted_dropout(ctx.backend, x, p, seed)
+    def forward(ctx, x, *, p, seed, time_major=False):
+        return inverted_dropout(ctx.backend, x, p, seed, time_major)
 
     @staticmethod
     def backward(ctx, grad_out):
-        return inverted_dropout(ctx.backend, grad_out, ctx.params["p"], ctx.params["seed"])
+        return inverted_dropout(ctx.backend, grad_out, ctx.params["p"], ctx.params["seed"], ctx.params["time_major"])
 
 
-def inverted_dropout(backend, x, p, seed):
+def inverted_dropout(backend, x, p, seed, time_major=False):
     """The array x/(1−p) where u ≥ p, else 0, with u drawn from `seed` (x itself when p = 0).
 
     For Functions that drop inside (Dropout, and fused ops built on it): the same seed
@@ -170,4 +233,4 @@ def inverted_dropout(backend, x, p, seed):
     """
     if p == 0.0:
         return x
-    return backend.dropout(x, p, seed)
+    return backend.dropout(x, p, seed, time_major)

@@ -76,6 +76,26 @@ template <> __device__ __forceinline__ double neg_inf<double>() {
     return __longlong_as_double((long long)0xfff0000000000000ULL);
 }
 
+// ---- random draws --------------------------------------------------------------
+// u_i = top 24 bits of SplitMix64(seed + (i + 1) * golden ratio) / 2^24, as CupyBackend.uniform:
+// counter-based, so the dropout kernels draw element i's number from (seed, i), no state or array.
+__device__ __forceinline__ float splitmix_uniform(unsigned long long seed, long long i) {
+    unsigned long long z = seed + (unsigned long long)(i + 1) * 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z = z ^ (z >> 31);
+    return (float)(z >> 40) * (1.0f / 16777216.0f);
+}
+
+// The row of the (B, T, ...) transpose that row r of a time-major (T, B, ...) array is, when batch > 0
+// (r = t * batch + b -> b * positions + t); r itself otherwise. Dropout draws by this row, so a
+// mask does not depend on the layout.
+__device__ __forceinline__ long long logical_row(long long r, long long positions, long long batch) {
+    if (batch <= 0) return r;
+    const long long t = r / batch;
+    return (r - t * batch) * positions + t;
+}
+
 // ---- reductions ----------------------------------------------------------------
 // Sum over the 32 lanes of a warp (butterfly: every lane gets the total); needs a full warp.
 template <typename A> __device__ __forceinline__ A warp_sum(A v) {

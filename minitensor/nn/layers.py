@@ -26,14 +26,17 @@ class Linear(Module):
         self.in_features, self.out_features = in_features, out_features
         self.weight = Parameter(init.xavier_uniform((in_features, out_features), _rng(rng)))
         self.bias = Parameter(init.zeros((out_features,))) if bias else None
+        self.add_bias = True   # False: the op that reads the output adds the bias (a fused one on its way)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, relu: bool = False) -> Tensor:
+        """x W + b; relu: max(0, x W + b) as one Function (F.LinearReLU; needs the bias)."""
         if x.shape[-1] != self.in_features:
             raise ValueError(f"Linear({self.in_features}, {self.out_features}) got input of shape {x.shape}")
-        params = (self.weight,) if self.bias is None else (self.weight, self.bias)
+        params = (self.weight,) if self.bias is None or not self.add_bias else (self.weight, self.bias)
         half = tuple(p.half(x.dtype) for p in params)    # the optimizer's copies in x's dtype, if any
         half = half if all(h is not None for h in half) else None
-        return F.Linear.apply(x, *params, half=half)     # (..., in) @ (in, out) + (out,) -> (..., out)
+        function = F.LinearReLU if relu else F.Linear
+        return function.apply(x, *params, half=half)     # (..., in) @ (in, out) + (out,) -> (..., out)
 
 
 class Embedding(Module):
@@ -86,9 +89,10 @@ class Dropout(Module):
         self.p = p
         self.rng = _rng(rng)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, time_major: bool = False) -> Tensor:
+        """time_major: x is (T, B, ...), and is masked as its (B, T, ...) transpose would be."""
         p, seed = self.draw()
-        return x if p == 0.0 else F.Dropout.apply(x, p=p, seed=seed)
+        return x if p == 0.0 else F.Dropout.apply(x, p=p, seed=seed, time_major=time_major)
 
     def draw(self) -> tuple[float, int | None]:
         """(p, seed) for one call; (0.0, None) in eval mode. Fused ops that drop inside take these."""

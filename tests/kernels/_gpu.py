@@ -1,8 +1,12 @@
-"""GPU test helpers: is a CuPy device usable here, and poisoned memory for unwritten outputs.
+"""GPU test helpers: is a CuPy device usable here, poisoned memory for unwritten outputs, and a
+launcher's host code run on the CPU.
 
 The GPU kernel tests (test_*_gpu.py) use GPU_MARKS: they are marked `gpu` and skip visibly,
 with the reason, when CuPy is missing or no device works (CI has neither).
 """
+import sys
+import types
+
 import numpy as np
 import pytest
 
@@ -38,3 +42,18 @@ def poison_pool(*outputs):
 def to_gpu(*arrays):
     """NumPy arrays (or None) to CuPy."""
     return tuple(None if a is None else cp.asarray(a) for a in arrays)
+
+
+def launcher_on_numpy(monkeypatch, launcher, emulated_kernel):
+    """`launcher` (a kernel's cupy_launch module) with NumPy standing in for CuPy and its kernels emulated:
+    `emulated_kernel(name)` does to the arrays it is passed what cuda.cu's kernel `name` does. What the
+    launcher allocates, checks, passes and hands back is then its own code, run on the CPU (the CUDA
+    itself runs in the *_gpu.py tests)."""
+    def function(name):
+        kernel = emulated_kernel(name)
+        kernel.max_threads_per_block = 1024                     # what fit_block asks a kernel
+        return kernel
+
+    monkeypatch.setitem(sys.modules, "cupy", np)
+    monkeypatch.setattr(launcher, "CUDA", types.SimpleNamespace(function=function))
+    return launcher

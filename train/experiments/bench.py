@@ -36,6 +36,7 @@ from transformer.config import TransformerConfig
 from transformer.loss import LabelSmoothingLoss
 from transformer.model import Transformer
 
+from train.distributed.grad_sync import GradSync
 from train.errors import InputError
 from train.run.loss_scaler import DynamicLossScaler
 from train.run.metrics import mfu, peak_tflops, train_flops
@@ -95,7 +96,7 @@ def _all_functions(cls) -> list[type]:
 
 def bench_ours(cfg: TransformerConfig, backend: str, precision: str, B: int, S: int, T: int,
                steps: int, warmup: int, profile: bool) -> dict:
-    model, opt, loss_fn, scaler, batch = _setup(cfg, backend, precision, B, S, T)
+    model, opt, loss_fn, scaler, batch = setup(cfg, backend, precision, B, S, T)
     be = model.backend
     timings = {"adam": 0.0}
     adam_step = opt.step
@@ -107,8 +108,10 @@ def bench_ours(cfg: TransformerConfig, backend: str, precision: str, B: int, S: 
 
     opt.step = timed_adam                                                  # Adam's share of the profile
 
+    sync = GradSync(opt)                                                   # made once, as fit makes it
+
     def step():
-        return train_step(model, batch, opt, loss_fn, scaler)
+        return train_step(model, batch, opt, loss_fn, scaler, sync=sync)
 
     compile_start = time.perf_counter()
     step()                                                                 # first call: JIT compiles, allocations
@@ -146,7 +149,7 @@ def bench_ours(cfg: TransformerConfig, backend: str, precision: str, B: int, S: 
     return result
 
 
-def _setup(cfg: TransformerConfig, backend, precision: str, B: int, S: int, T: int):
+def setup(cfg: TransformerConfig, backend, precision: str, B: int, S: int, T: int):
     """(model, Adam (writing the half copies in mixed precision), loss, scaler (fp16 only), [one batch])."""
     model = Transformer(cfg, np.random.default_rng(0), backend=backend, precision=precision)
     opt = optim.Adam(model.named_parameters(), lr=optim.NoamSchedule(cfg.d_model, 4000),
@@ -167,7 +170,7 @@ def count_launches(cfg: TransformerConfig, precision: str) -> dict:
     """
     tiny = cfg.replace(d_model=2 * cfg.h, d_ff=4 * cfg.h, d_k=None, d_v=None, vocab_size=64)
     backend = CountingBackend()
-    model, opt, loss_fn, scaler, batch = _setup(tiny, backend, precision, 2, 5, 5)
+    model, opt, loss_fn, scaler, batch = setup(tiny, backend, precision, 2, 5, 5)
     train_step(model, batch, opt, loss_fn, scaler)                         # the first step fills caches
     backend.counts.clear()
     train_step(model, batch, opt, loss_fn, scaler)
@@ -213,18 +216,26 @@ def bench_peer(cfg: TransformerConfig, device: str, peer_precision: str, B: int,
 
 def run(preset: str = "cpu", backend: str = "cpu", precision: str = "fp32", steps: int = 5,
         warmup: int = 2, peer: bool = True, profile: bool | None = None, batch: int | None = None,
-        as_json: bool = False) -> dict:
+        as_json: bool = False, host_only: bool = False) -> dict:
     spec = PRESETS[preset]
     backend = "cuda" if backend in ("cuda", "gpu", "cupy") else backend
     if precision not in PEERS:
         raise InputError(f"--precision must be one of {sorted(PEERS)}, got {precision!r}")
     if precision != "fp32" and backend != "cuda":
         raise InputError(f"--precision {precision} is mixed precision for GPUs; use fp32 on the CPU")
+    cfg = TransformerConfig(**spec["model"])
+    B, S, T = batch or spec["batch"], spec["src_len"], spec["tgt_len"]
+    if host_only:                                                          # no device needed: nothing runs on one
+        if backend != "cuda":
+            raise InputError("--host-only measures the host's side of a GPU step: use it with --backend cuda")
+        from train.experiments import host_time
+        result = dict(host_time.measure(cfg, precision, B, S, T, steps, warmup), preset=preset, batch=[B, S, T],
+                      precision=precision)
+        print(json.dumps(result) if as_json else host_time.format_report(result))
+        return result
     if not mt.available(backend):
         raise InputError(f"--backend {backend} is not available here: {mt.why_unavailable(backend)} "
                          f"(see `python -m train doctor`)")
-    cfg = TransformerConfig(**spec["model"])
-    B, S, T = batch or spec["batch"], spec["src_len"], spec["tgt_len"]
     profile = (backend != "cuda") if profile is None else profile
     ours = bench_ours(cfg, backend, precision, B, S, T, steps, warmup, profile)
     result = dict(ours, preset=preset, batch=[B, S, T])

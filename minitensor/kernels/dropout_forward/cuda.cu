@@ -8,7 +8,8 @@
 // Bytes per element: read x and u, write y.
 // dropout_forward_v1_seeded makes u itself from (seed, element index) with the SplitMix64 of
 // CupyBackend.uniform, the same draws bit for bit, so no u array is written or read (one
-// kernel instead of two, and 8 fewer bytes an element); CupyBackend.dropout launches it.
+// kernel instead of two, and 8 fewer bytes an element); CupyBackend.dropout launches it, and
+// dropout_forward_v1_seeded_time_major for time-major activations (the draws of their transpose).
 // Templates over the element type T and the draws' type U (float, f16, double), instantiated
 // by name from cupy_launch.py. Standalone syntax check:
 //   nvcc -std=c++17 -arch=sm_90 -I.. -c cuda.cu -o /dev/null   (in this folder; -I.. finds common.cuh)
@@ -25,13 +26,23 @@ __global__ void dropout_forward_v1(T* __restrict__ y, const T* __restrict__ x, c
     store(y[i], to_f64(load(u[i])) >= p_u ? load(x[i]) * keep_scale : A(0));
 }
 
-// u_i = top 24 bits of SplitMix64(seed + (i + 1) * golden ratio) / 2^24, as CupyBackend.uniform
-__device__ __forceinline__ float splitmix_uniform(unsigned long long seed, long long i) {
-    unsigned long long z = seed + (unsigned long long)(i + 1) * 0x9E3779B97F4A7C15ULL;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    z = z ^ (z >> 31);
-    return (float)(z >> 40) * (1.0f / 16777216.0f);
+// The rows of a time-major (T, B, W) x, W = the trailing axes: element (t, b, w) draws the number of
+// element (b, t, w) of its (B, T, W) transpose, so a mask does not depend on the layout. Rows run
+// down a 2-d grid, so the row's place in the transpose is found once per row, not per element.
+template <typename T>
+__global__ void dropout_forward_v1_seeded_time_major(T* __restrict__ y, const T* __restrict__ x,
+                                                     unsigned long long seed, double p_u,
+                                                     typename Acc<T>::type keep_scale, long long positions,
+                                                     long long batch, int W) {
+    typedef typename Acc<T>::type A;
+    for (long long r = blockIdx.y; r < positions * batch; r += gridDim.y) {  // r = t * batch + b
+        const long long t = r / batch, b = r - t * batch;
+        const long long logical = (b * positions + t) * W;  // the row's first element in (B, T, W) order
+        for (int w = blockIdx.x * blockDim.x + threadIdx.x; w < W; w += gridDim.x * blockDim.x) {
+            const long long i = r * W + w;
+            store(y[i], to_f64(splitmix_uniform(seed, logical + w)) >= p_u ? load(x[i]) * keep_scale : A(0));
+        }
+    }
 }
 
 template <typename T>

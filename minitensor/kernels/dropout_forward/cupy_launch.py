@@ -14,7 +14,8 @@ from ..cupy_launcher import CTYPES, CudaKernels, acc_dtype, ceil_div
 
 CUDA = CudaKernels("dropout_forward",
                    [*(f"dropout_forward_v1<{t}, {u}>" for t in CTYPES.values() for u in CTYPES.values()),
-                    *(f"dropout_forward_v1_seeded<{t}>" for t in CTYPES.values())])
+                    *(f"dropout_forward_v1_seeded{k}<{t}>" for t in CTYPES.values() for k in ("", "_time_major"))])
+MAX_GRID_Y = 65535
 
 
 def launch_v1(x, u, p, block=256):
@@ -35,8 +36,11 @@ def launch_v1(x, u, p, block=256):
     return y
 
 
-def dropout_seeded(x, seed, p, block=256):
-    """y = x / (1 - p) where u >= p, else 0, with u = CupyBackend.uniform(seed, x.shape) made inline."""
+def dropout_seeded(x, seed, p, time_major=False, block=256):
+    """y = x / (1 - p) where u >= p, else 0, with u = CupyBackend.uniform(seed, x.shape) made inline.
+
+    time_major: x is (T, B, ...) and gets the u of its (B, T, ...) transpose (Backend.dropout).
+    """
     import cupy as cp
 
     x = cp.ascontiguousarray(x)
@@ -46,10 +50,15 @@ def dropout_seeded(x, seed, p, block=256):
         return cp.zeros_like(x)
     y = cp.empty_like(x)
     if x.size:
-        kernel = CUDA.function(f"dropout_forward_v1_seeded<{CTYPES[x.dtype]}>")
-        args = (y, x, np.uint64(seed), np.float64(np.float32(p)), acc_dtype(x.dtype)(1.0 / (1.0 - p)),
-                np.int64(x.size))
-        kernel((ceil_div(x.size, block),), (block,), args)
+        head = (y, x, np.uint64(seed), np.float64(np.float32(p)), acc_dtype(x.dtype)(1.0 / (1.0 - p)))
+        if time_major:
+            T, B = x.shape[:2]
+            W = x.size // (T * B)
+            kernel = CUDA.function(f"dropout_forward_v1_seeded_time_major<{CTYPES[x.dtype]}>")
+            kernel((ceil_div(W, block), min(T * B, MAX_GRID_Y)), (block,), (*head, np.int64(T), np.int64(B), np.int32(W)))
+        else:
+            kernel = CUDA.function(f"dropout_forward_v1_seeded<{CTYPES[x.dtype]}>")
+            kernel((ceil_div(x.size, block),), (block,), (*head, np.int64(x.size)))
     return y
 
 

@@ -1,0 +1,73 @@
+"""The post-norm sub-layer connection's backward on the CPU with Numba (§3.1, §5.4); spec: reference.py.
+
+v1: rows split into one chunk per thread; each row's dz (term by term, as layernorm_backward), ds
+    (the same dropout mask) and its own chunk's partial column sums (dgamma, dbeta, dbias), then
+    the partials summed in order
+
+Shapes: N = rows (every leading axis merged), D = d_model, P = chunks (threads).
+"""
+import numpy as np
+from numba import get_num_threads, njit, prange
+
+
+@njit(cache=True, parallel=True)
+def dropout_add_layernorm_backward_v1(dy, dy2, two, z, u, p, gamma, mean, rstd, num_chunks, dx, ds, sums):
+    N, D = z.shape
+    keep_scale = 1.0 / (1.0 - p)
+    partial = np.zeros((num_chunks, 3, D))  # (P, 3, D) float64: dgamma, dbeta, dbias
+    rows_per_chunk = (N + num_chunks - 1) // num_chunks
+    for c in prange(num_chunks):
+        for i in range(c * rows_per_chunk, min(N, (c + 1) * rows_per_chunk)):
+            g_sum = 0.0
+            gx_sum = 0.0
+            for j in range(D):
+                d = np.float64(dy[i, j]) + (np.float64(dy2[i, j]) if two else 0.0)
+                xhat = (np.float64(z[i, j]) - mean[i]) * rstd[i]
+                g = d * gamma[j]
+                g_sum += g
+                gx_sum += g * xhat
+                partial[c, 0, j] += d * xhat
+                partial[c, 1, j] += d
+            g_mean, gx_mean = g_sum / D, gx_sum / D
+            for j in range(D):
+                d = np.float64(dy[i, j]) + (np.float64(dy2[i, j]) if two else 0.0)
+                xhat = (np.float64(z[i, j]) - mean[i]) * rstd[i]
+                # term 1: g; term 2: -mean(g) via the mean; term 3: -xhat*mean(g*xhat) via rstd
+                rounded = dx.dtype.type(rstd[i] * (d * gamma[j] - g_mean - xhat * gx_mean))
+                dx[i, j] = rounded
+                dsv = np.float64(rounded)  # the mask on the rounded dz; ds is dx without one (never read back)
+                if p > 0.0:
+                    rounded = ds.dtype.type(dsv * keep_scale if u[i, j] >= p else 0.0)
+                    ds[i, j] = rounded
+                    dsv = np.float64(rounded)
+                partial[c, 2, j] += dsv
+    for k in range(3):
+        for j in range(D):
+            total = 0.0
+            for c in range(num_chunks):
+                total += partial[c, k, j]
+            sums[k, j] = total
+
+
+VERSIONS = {1: dropout_add_layernorm_backward_v1}
+DEFAULT = 1
+
+
+def dropout_add_layernorm_backward(dys, z, u, p, gamma, mean, rstd, with_bias):
+    """(dx, ds, dgamma, dbeta, dbias) of z = x + Dropout(s + bias), y = LayerNorm(z); dys: 1 or 2 gradients of y."""
+    if len(dys) > 2:
+        dys = (dys[0], sum(dys[1:]))
+    D = z.shape[-1]
+    z2 = np.ascontiguousarray(z).reshape(-1, D)  # (N, D)
+    dy, dy2 = (np.ascontiguousarray(d, dtype=z.dtype).reshape(-1, D) for d in (dys[0], dys[-1]))
+    u2 = z2 if p == 0.0 else np.ascontiguousarray(u).reshape(-1, D)
+    dx = np.empty_like(z2)
+    ds = dx if p == 0.0 else np.empty_like(z2)  # without dropout ds is dx
+    sums = np.empty((3, D))
+    num_chunks = max(1, min(z2.shape[0], 4 * get_num_threads()))
+    VERSIONS[DEFAULT](dy, dy2, len(dys) == 2, z2, u2, float(p), np.ascontiguousarray(gamma, dtype=np.float64),
+                      np.ascontiguousarray(mean, dtype=np.float64).reshape(-1),
+                      np.ascontiguousarray(rstd, dtype=np.float64).reshape(-1), num_chunks, dx, ds, sums)
+    dgamma, dbeta, dbias = (sums[k].astype(gamma.dtype) for k in range(3))
+    dx = dx.reshape(z.shape)
+    return dx, dx if p == 0.0 else ds.reshape(z.shape), dgamma, dbeta, dbias if with_bias else None
