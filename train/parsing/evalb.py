@@ -5,7 +5,7 @@ How evalb scores a (gold line, test line) pair, step by step (sections [6] and [
 1. Read each line as brackets. A terminal `(TAG word)` whose TAG is a DELETE_LABEL
    (COLLINS.prm: punctuation , : `` '' . and -NONE-) is dropped with its word; the
    sentence length for the cut-off counts every terminal except DELETE_LABEL_FOR_LENGTH.
-2. A test line without words is a "Skip" sentence. Different word counts (after QUOTE_LABEL
+2. A test line without words (and not cut off) is a "Skip" sentence. Different word counts (after QUOTE_LABEL
    repairs, nk.prm) or different words (EQ_WORD pairs count as equal) make an "Error"
    sentence. Neither counts in the totals.
 3. Constituents: a bracket over no words, or whose label (cut at the first '-' or '=':
@@ -30,8 +30,11 @@ print "Reading sentence" until MAX_ERROR and stop: EvalbStopped at once. `Report
 prints the 2006 layout, or with layout="1997" that of EVALB's own sample.rsl.
 
 Where we differ (a C program's undefined paths): no limits on line, word or label
-lengths; past the end of a line cut off after "(LABEL" evalb reads stale memory, and we
-take what it does in practice (one "More than two elements in a bracket" error).
+lengths; past the end of a line cut off after "(LABEL" evalb reads on into whatever its
+line buffer still holds (mostly the tail of the gold line), so its row and messages for
+that sentence depend on those bytes: an Error with one to three messages, or a Skip when
+it finds no word there. We take one "More than two elements in a bracket" error and make
+the sentence an Error, as a truncated line is.
 """
 
 from __future__ import annotations
@@ -128,7 +131,7 @@ class _Line:
     quotes: list[_Quote] = field(default_factory=list)
     length: int = 0  # words counted for the cut-off
     errors: list[str] = field(default_factory=list)
-    cut_off: bool = False  # ends in "(LABEL": evalb reads on past the line, and finds words there
+    cut_off: bool = False  # ends in "(LABEL": an Error sentence even without words (see the module's docstring)
 
 
 def _read_line(text: str, params: EvalbParams, where: str) -> _Line:
