@@ -2,12 +2,11 @@
 
     fit(run_config, run_dir)   # trains, validates, checkpoints; re-run the same call to resume
 
-What one update does (§5.3, §5.4) is `train.run.step.train_step`: take `accum`
-token-budget batches (§5.1), run forward and backward on each (dropout on,
-label-smoothed loss), add the gradients up weighted by target tokens, optionally
-clip, and take one Adam step (β₁ 0.9, β₂ 0.98, ε 1e-9) at the rate of Eq. (3).
-This file is the bookkeeping around it: data order, logging, validation,
-checkpoints, signals.
+What one update does (§5.3, §5.4) is `train.run.step.train_step`: take `accum` token-budget
+batches (§5.1), run forward and backward on each (dropout on, label-smoothed loss), add the
+gradients up weighted by target tokens, optionally clip, and take one Adam step (β₁ 0.9,
+β₂ 0.98, ε 1e-9) at the rate of Eq. (3). This file is the bookkeeping around it: data order,
+logging (with `train.log_norms`, per-layer norms: train/run/layer_norms.py), validation, checkpoints, signals.
 
 The run directory holds the run: config.json (the resolved config), prepared.json
 (which prepared data it trains on: train/data/inputs.py; the data itself is shared, in
@@ -23,11 +22,10 @@ Many devices (README, "Many GPUs"): `fit(..., comm=)` trains data-parallel over 
 of a train/distributed/communicators.py communicator; every rank takes its share of each update
 (batching.shard), rank 0 alone writes, logs and validates.
 
-Faults (tests/test_reliability.py): SIGINT/SIGTERM finish the current update,
-write a checkpoint and return (FitResult.stopped says why); a non-finite loss
-or gradient in fp32 raises DivergedError before the optimizer step, so the
-newest checkpoint stays the last good one; an unwritable run directory is an
-InputError before anything is trained. With `train.patience` the run also stops
+Faults (tests/test_reliability.py): SIGINT/SIGTERM finish the current update, write a checkpoint
+and return (FitResult.stopped says why); a non-finite loss or gradient in fp32 raises DivergedError
+before the optimizer step, so the newest checkpoint stays the last good one; an unwritable run
+directory is an InputError before anything is trained. With `train.patience` the run also stops
 after that many validations without a better BLEU (FitResult.stopped = "early stopping").
 
 Shapes: B pairs in a batch, S source length, T target length, V vocab.
@@ -56,6 +54,7 @@ from train.evaluate.translate import translate_ids
 from train.run import checkpointing
 from train.run.checkpointing import Progress, TrainState
 from train.run.faults import StopSignals, raise_diverged
+from train.run.layer_norms import layer_norms
 from train.run.loss_scaler import DynamicLossScaler
 from train.run.metrics import MetricsWriter, mfu, peak_tflops, train_flops
 from train.run.run_dir import RunLock, open_run_dir, start_run
@@ -269,6 +268,8 @@ def _train(run_config: RunConfig, run_dir: Path, backend: str, resuming: bool, r
                 if log_now:
                     record = window.summary(state.optimizer.current_lr(), state.scaler, peak)
                     metrics.write("train", at.step, epoch=at.epoch, **record)
+                    if train.log_norms and main:
+                        metrics.write("norms", at.step, **layer_norms(model, batches[0]))
                     bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}",
                                     tok_s=f"{record['tgt_tokens_per_s']:.0f}")
                     say(_format_train(at.step, record))

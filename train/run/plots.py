@@ -1,7 +1,8 @@
 """PNG plots of a run: training curves from metrics.jsonl, and attention heat-maps (appendix, Figures 3-5).
 
 `plot_run(run_dir)` writes run_dir/plots/{loss,perplexity,lr,bleu,tokens_per_s}.png
-(a curve is skipped when the run has no data for it). `plot_attention` draws
+(a curve is skipped when the run has no data for it), and norms.png when the run logged
+per-layer norms (train.log_norms; train/run/norm_plots.py). `plot_attention` draws
 the encoder-decoder attention of one sentence: rows are target tokens, columns
 source tokens, one panel per head, like the paper's attention visualisations.
 
@@ -19,6 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
 import numpy as np  # noqa: E402
 
 from train.run.metrics import read_metrics  # noqa: E402
+from train.run.norm_plots import plot_norms  # noqa: E402
 
 # (file stem, y label, [(kind, field, legend label)], log scale)
 CURVES = (
@@ -62,6 +64,8 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Pat
         fig.savefig(path, dpi=100)
         plt.close(fig)
         written.append(path)
+    if any(r.get("kind") == "norms" for r in records):
+        written.append(plot_norms(records, out / "norms.png", f"{run_dir.name}: per-layer norms"))
     return written
 
 

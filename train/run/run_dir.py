@@ -38,7 +38,7 @@ CONFIG_FILE = "config.json"
 _OURS = re.compile(
     r"(config\.json|prepared\.json|metrics\.jsonl|tokenizer\.(model|vocab)|test\.hyp|run\.lock|best\.safetensors"
     r"|averaged_last\d+\.safetensors|ckpt_\d{8}(\.optimizer)?\.safetensors"
-    r"|plots/(loss|perplexity|lr|bleu|tokens_per_s|attention)\.png"
+    r"|plots/(loss|perplexity|lr|bleu|tokens_per_s|attention|norms)\.png"
     r"|tensorboard/events\.out\.tfevents\.\d+\.[^/]+|tensorboard-export/events\.out\.tfevents\.\d+\.[^/]+\.export)"
     r"(\.tmp-\d+)?")  # the temporary of an atomic write (train.data.files.write_atomic, checkpoints)
 _OUR_FOLDERS = ("plots", "tensorboard", "tensorboard-export")
