@@ -55,14 +55,13 @@ def layer_norms(model, batch) -> dict[str, float]:
         model.train(was_training)
     norms = {}
     for name, (x, f, y) in seen.items():
-        stack, i, position = name.split(".")[0], name.split(".")[2], int(name.split(".")[4])
-        key = f"{stack[:3]}.{i}.{SUBLAYERS[stack][position]}"
-        mask = real[stack]
+        stack, _, i, _, position = name.split(".")                              # encoder.layers.0.sublayers.1
+        sublayer = SUBLAYERS[stack][int(position)]
+        key, mask = f"{stack[:3]}.{i}.{sublayer}", real[stack]
         norms[f"{key}.x"] = _parts(x, mask)[0]
         norms[f"{key}.f"], norms[f"{key}.f_const"], norms[f"{key}.f_spread"] = _parts(f, mask)
         norms[f"{key}.y_spread"] = _relative_spread(y, mask)
-        norms[f"{key}.grad"] = _grad_norm(model, [f"{stack}.layers.{i}.{SUBLAYERS[stack][position]}.",
-                                                  f"{stack}.layers.{i}.sublayers.{position}."])
+        norms[f"{key}.grad"] = _grad_norm(model, (f"{stack}.layers.{i}.{sublayer}.", f"{name}."))
     norms["memory.spread"] = _relative_spread(memory, real["encoder"])
     return norms
 
@@ -122,10 +121,10 @@ def _relative_spread(a, mask: np.ndarray) -> float:
     return spread / rms if rms > 0 else 0.0
 
 
-def _grad_norm(model, prefixes: list[str]) -> float:
+def _grad_norm(model, prefixes: tuple[str, ...]) -> float:
     total = 0.0
     for name, p in model.named_parameters():
-        if p.grad is not None and name.startswith(tuple(prefixes)):
+        if p.grad is not None and name.startswith(prefixes):
             g = _host(p.grad).astype(np.float64)
             total += float((g * g).sum())
     return math.sqrt(total)

@@ -2,6 +2,8 @@
 
     plot_norms(records, path)            # one run: the four panels below (`python -m train plot` draws it)
     compare_runs({label: records}, path) # several runs: does the encoder keep the words apart?
+    norms_figure(records), runs_figure({label: records})   # the same as matplotlib figures (chapter 22)
+    runs_table(records)                  # only what runs_figure reads: chapter 22 keeps its runs so
 
 A record is a metrics.jsonl line (train/run/metrics.py): `{"kind": "norms", "step": ...}` with the
 keys of layer_norms, and `{"kind": "valid", ...}` with the validation NLL.
@@ -36,6 +38,16 @@ def layers(records: list[dict], stack: str) -> int:
 
 def plot_norms(records: list[dict], path: str | Path, title: str = "") -> Path:
     """The four panels of one run's norms records as a PNG."""
+    return _save(norms_figure(records, title), path)
+
+
+def compare_runs(runs: dict[str, list[dict]], path: str | Path, title: str = "") -> Path:
+    """Several runs side by side as a PNG (runs_figure)."""
+    return _save(runs_figure(runs, title), path)
+
+
+def norms_figure(records: list[dict], title: str = ""):
+    """The four panels of one run's norms records."""
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
     n_enc, n_dec = layers(records, "enc"), layers(records, "dec")
     ax = axes[0][0]
@@ -67,10 +79,11 @@ def plot_norms(records: list[dict], path: str | Path, title: str = "") -> Path:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=6, ncol=2)
     fig.suptitle(title or "per-layer norms (train.log_norms)")
-    return _save(fig, path)
+    fig.tight_layout()
+    return fig
 
 
-def compare_runs(runs: dict[str, list[dict]], path: str | Path, title: str = "") -> Path:
+def runs_figure(runs: dict[str, list[dict]], title: str = ""):
     """Several runs' records side by side: memory spread, the last encoder FFN's shared part, validation NLL."""
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
     for label, records in runs.items():
@@ -88,13 +101,21 @@ def compare_runs(runs: dict[str, list[dict]], path: str | Path, title: str = "")
     axes[1].set_yscale("log")
     axes[0].legend(fontsize=7)
     fig.suptitle(title)
-    return _save(fig, path)
+    fig.tight_layout()
+    return fig
+
+
+def runs_table(records: list[dict]) -> list[dict]:
+    """Only what runs_figure reads of a run's records (what chapter 22 keeps of each run, in a small file)."""
+    last = layers(records, "enc") - 1
+    wanted = {"norms": ("memory.spread", f"enc.{last}.feed_forward.f_const"), "valid": ("nll",)}
+    return [{"kind": r["kind"], "step": r["step"], **{k: r[k] for k in wanted[r["kind"]] if k in r}}
+            for r in records if r.get("kind") in wanted]
 
 
 def _save(fig, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
