@@ -2,7 +2,8 @@
 
     plot_norms(records, path)            # one run: the four panels below (`python -m train plot` draws it)
     compare_runs({label: records}, path) # several runs: does the encoder keep the words apart?
-    norms_figure(records), runs_figure({label: records})   # the same as matplotlib figures (chapter 22)
+    norms_figure(records), runs_figure({label: records})   # the same as matplotlib figures
+    draw_runs(axes, {label: records})    # runs_figure's panels on your three axes (chapter 22)
     runs_table(records)                  # only what runs_figure reads: chapter 22 keeps its runs so
 
 A record is a metrics.jsonl line (train/run/metrics.py): `{"kind": "norms", "step": ...}` with the
@@ -86,6 +87,14 @@ def norms_figure(records: list[dict], title: str = ""):
 def runs_figure(runs: dict[str, list[dict]], title: str = ""):
     """Several runs' records side by side: memory spread, the last encoder FFN's shared part, validation NLL."""
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    draw_runs(axes, runs)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def draw_runs(axes, runs: dict[str, list[dict]]) -> None:
+    """runs_figure's three panels on three matplotlib axes of yours."""
     for label, records in runs.items():
         last = layers(records, "enc") - 1
         axes[0].plot(*series(records, "memory.spread"), label=label)
@@ -100,9 +109,6 @@ def runs_figure(runs: dict[str, list[dict]], title: str = ""):
     axes[0].set_yscale("log")
     axes[1].set_yscale("log")
     axes[0].legend(fontsize=7)
-    fig.suptitle(title)
-    fig.tight_layout()
-    return fig
 
 
 def runs_table(records: list[dict]) -> list[dict]:
