@@ -452,6 +452,28 @@ norm_plots.draw_runs(axes, runs)
 fig.suptitle("WSJ sample, configs/ptb_parse_cpu.toml: pre-norm and the paper's post-norm")
 show(fig, "22_post_norm_collapse")
 
+# %% CHECK
+PRE, POST = "pre-norm (configs/ptb_parse_cpu.toml)", "post-norm (the paper's §3.1)"
+
+
+def spread_at(label, step):
+    """memory.spread of a run at its last norms record up to `step`."""
+    steps_, values = norm_plots.series(runs[label], "memory.spread")
+    return values[max(k for k, s_ in enumerate(steps_) if s_ <= step)]
+
+
+def valid_nll_at(label, step):
+    steps_, values = norm_plots.series(runs[label], "nll", kind="valid")
+    return values[steps_.index(step)]
+
+
+assert min(norm_plots.series(runs[PRE], "memory.spread")[1]) > 0.2, "pre-norm keeps the words apart throughout"
+assert spread_at(POST, 1000) < 1e-5 and valid_nll_at(POST, 1000) > valid_nll_at(PRE, 1000) + 1, "the paper's: collapsed"
+assert spread_at("post-norm, 24 batches per update", 50) < 2 * spread_at(POST, 50), "24x the tokens per update: no help"
+for cure in ("post-norm, peak rate / 4", "post-norm, warm-up 4000 (§5.3)"):
+    lowest = min(norm_plots.series(runs[cure], "memory.spread")[1])
+    assert lowest < 0.1 and spread_at(cure, 6000) > 0.8, f"{cure}: dips, then recovers"
+
 # %% [markdown]
 # ## Summary
 # - Parsing becomes translation by writing the tree as `(X ... )X` tokens with the words as leaves; `delinearise` inverts it exactly and repairs any malformed output into a tree over the sentence's words.
