@@ -33,8 +33,8 @@ def series(records: list[dict], key: str, kind: str = "norms") -> tuple[list[int
 
 def layers(records: list[dict], stack: str) -> int:
     """How many layers of `stack` ("enc" or "dec") the norms records have."""
-    first = next((r for r in records if r.get("kind") == "norms"), {})
-    return len({key.split(".")[1] for key in first if key.startswith(stack + ".")})
+    first = next((r for r in records if r.get("kind") == "norms"), {})   # runs_table keeps only the last layer
+    return 1 + max((int(key.split(".")[1]) for key in first if key.startswith(stack + ".")), default=-1)
 
 
 def plot_norms(records: list[dict], path: str | Path, title: str = "") -> Path:

@@ -13,7 +13,7 @@ from train.config import RunConfig
 from train.run import layer_norms as probe
 from train.run.loop import fit
 from train.run.metrics import read_metrics
-from train.run.norm_plots import compare_runs, plot_norms
+from train.run.norm_plots import compare_runs, layers, plot_norms, runs_table, series
 from train.run.plots import plot_run
 from transformer.config import TransformerConfig
 from transformer.loss import LabelSmoothingLoss
@@ -143,3 +143,15 @@ def test_fit_logs_norms_only_when_asked_and_plot_draws_them(tmp_path, monkeypatc
     assert not [r for r in read_metrics(tmp_path / "off" / "metrics.jsonl") if r["kind"] == "norms"]
     assert compare_runs({"on": records}, tmp_path / "compare.png").is_file()
     assert plot_norms(records, tmp_path / "one.png").is_file()
+
+
+def test_runs_table_keeps_the_last_encoder_layer_that_runs_figure_draws():
+    # runs_table keeps only enc.<last>.feed_forward.f_const: `layers` must still read the depth off it
+    # (counting the distinct indices once gave 1 layer, and the chapter's middle panel was empty)
+    full = [{"kind": "norms", "step": 1, "memory.spread": 0.5,
+             **{f"enc.{i}.feed_forward.f_const": float(i) for i in range(4)}},
+            {"kind": "valid", "step": 1, "nll": 2.0}]
+    table = runs_table(full)
+    assert layers(full, "enc") == layers(table, "enc") == 4
+    assert table[0] == {"kind": "norms", "step": 1, "memory.spread": 0.5, "enc.3.feed_forward.f_const": 3.0}
+    assert series(table, "enc.3.feed_forward.f_const") == ([1], [3.0])
