@@ -426,12 +426,14 @@ for norm in ("post", "pre"):
     at_init[norm]["by hand"] = float(spread(memory.astype(np.float64)))
     print(f"{norm}-norm at initialisation: spread after each encoder layer "
           + ", ".join(f"{at_init[norm][f'enc.{i}.feed_forward.y_spread']:.2f}" for i in range(4))
-          + f"; self-attention output shared: {at_init[norm]['enc.3.self_attn.f_const'] / at_init[norm]['enc.3.self_attn.f']:.0%}")
+          + f"; self-attention output shared: "
+            f"{at_init[norm]['enc.3.self_attn.f_const'] / at_init[norm]['enc.3.self_attn.f']:.0%}")
 
 # %% CHECK
 for norm in ("post", "pre"):
     assert abs(at_init[norm]["memory.spread"] / at_init[norm]["by hand"] - 1) < 1e-6, "layer_norms agrees with encode()"
-    assert at_init[norm]["enc.3.self_attn.f_const"] > 0.9 * at_init[norm]["enc.3.self_attn.f"], "attention output: shared"
+    attention = at_init[norm]["enc.3.self_attn.f_const"] / at_init[norm]["enc.3.self_attn.f"]
+    assert attention > 0.9, "attention output: shared"
 post_spreads = [at_init["post"][f"enc.{i}.feed_forward.y_spread"] for i in range(4)]
 assert post_spreads == sorted(post_spreads, reverse=True), "each post-norm layer divides the differences further"
 assert at_init["post"]["memory.spread"] < 0.7 * at_init["pre"]["memory.spread"], "post-norm starts with less spread"
@@ -449,8 +451,9 @@ runs = {label: run["records"] for label, run in NORM_RUNS.items()}
 for label, run in NORM_RUNS.items():
     spreads_ = norm_plots.series(run["records"], "memory.spread")[1]
     steps_, nll = norm_plots.series(run["records"], "nll", kind="valid")
+    f1 = ", ".join(f"{score:.2f} at step {step}" for step, score in run["test_f1"]) or "not scored"
     print(f"{label:34} {run['how']:58} memory spread: lowest {min(spreads_):.1e}, last {spreads_[-1]:.1e};"
-          f" valid NLL at step {steps_[-1]}: {nll[-1]:.2f}")
+          f" valid NLL at step {steps_[-1]}: {nll[-1]:.2f}; test F1: {f1}")
 fig, axes = plt.subplots(1, 3, figsize=(14, 4.5))
 norm_plots.draw_runs(axes, runs)
 fig.suptitle("WSJ sample, configs/ptb_parse_cpu.toml: pre-norm and the paper's post-norm")
@@ -479,10 +482,26 @@ for cure in ("post-norm, peak rate / 4", "post-norm, warm-up 4000 (§5.3)"):
     assert lowest < 0.1 and spread_at(cure, 6000) > 0.8, f"{cure}: dips, then recovers"
 
 # %% [markdown]
+# So the collapse is a race in the first few hundred updates: the shared part grows
+# faster than the decoder learns to read the words, and once the words are gone the
+# encoder's gradient is gone too. A longer warm-up (the paper's own 4,000 steps) or a
+# smaller peak rate slows the start enough that the encoder survives the dip; the paper's
+# large batch did not slow the fall over the 60 updates we could afford. Surviving is not
+# winning, though: the test F1 (EVALB, last five checkpoints averaged) of the cured runs
+# stays below pre-norm's on the same budget (+20% included), because they spend thousands
+# of steps at a low rate. So the CPU config keeps pre-norm, a deviation measured rather
+# than assumed.
+
+# %% CHECK
+best_post = max(score for label, run in NORM_RUNS.items() if label != PRE for _, score in run["test_f1"])
+assert best_post < min(score for _, score in NORM_RUNS[PRE]["test_f1"]), "no post-norm cure beat pre-norm on F1"
+assert best_post > 18.20 + 10, "the cured post-norm parses far better than right-branching (18.20)"
+
+# %% [markdown]
 # ## Summary
 # - Parsing becomes translation by writing the tree as `(X ... )X` tokens with the words as leaves; `delinearise` inverts it exactly and repairs any malformed output into a tree over the sentence's words.
-# - EVALB F1: labelled (start, end, label) brackets after deleting punctuation and TOP, matched as multisets, counts summed over the corpus; `train.parsing.evalb` reproduces `sample.rsl`.
-# - Right-branching trees score F1 ≈ 18 on the sample's test split: the floor a parser must clear before its number means anything.
+# - EVALB F1: labelled (start, end, label) brackets after deleting punctuation and TOP, matched as multisets, counts summed over the corpus; `train.parsing.evalb` reproduces `sample.rsl`. Right-branching trees score F1 ≈ 18 on the sample's test split: the floor a parser must clear before its number means anything.
+# - The paper's post-norm collapses on this data: `train.log_norms` shows a feed-forward output shared by every word growing in the first updates, each LayerNorm dividing the words' differences by it, and the encoder's gradient vanishing with them; the paper's warm-up or a smaller rate avoids it, but does not reach pre-norm's F1 in the same steps.
 #
 # ## Exercises
 # 1. **Predict, then run.** A cleaned tree has n words and b constituents below TOP (preterminals not counted).
