@@ -51,6 +51,7 @@ INTRODUCED = {
     "config": 21, "prepare_data": 21, "prepared_key": 21, "PREPARED_FORMAT": 21, "TOKENIZER_SAMPLE_SEED": 21,
     "train_flops": 21, "shared_data_dir": 21, "split_compounds": 21, "scale_report": 21,
     "trees": 22, "treebank": 22, "evalb": 22, "scoring": 22, "fit": 22, "translate_lines": 22,
+    "layer_norms": 22, "norm_plots": 22,
     "ablate": 23, "ablate_grid": 23, "ablate_report": 23,
 }
 LIBRARY_PACKAGES = ("minitensor", "transformer", "train")

@@ -18,7 +18,7 @@
     python -m train doctor                                         versions, devices, backends
     python -m train ablate --grid table3 --config configs/X.toml [--rows A,D] [--steps N] [--list]
                                                                    Table 3's variations, ours beside the paper
-    python -m train evalb GOLD TEST [--prm COLLINS.prm]            EVALB bracket scores (§6.3)
+    python -m train evalb GOLD TEST [--prm COLLINS.prm] [--layout 1997]   EVALB bracket scores (§6.3)
     python -m train parse-eval --ckpt CKPT --gold GOLD             parse, EVALB, right-branching baseline
 
 Problems with your input (files, configs, checkpoints) print one line,
@@ -176,6 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
     evalb.add_argument("test", type=Path, metavar="TEST", help="trees to score, one a line, line by line with GOLD")
     evalb.add_argument("--prm", type=Path, default=None,
                        help="EVALB parameter file, e.g. COLLINS.prm (default: COLLINS.prm's settings)")
+    evalb.add_argument("--layout", choices=("2006", "1997"), default="2006",
+                       help="2006 (default): what the current evalb.c prints (Words 0 on rows it did not compare, "
+                            "an F-measure line, -nan for 0/0); 1997: the layout of EVALB's sample.rsl (gold word "
+                            "counts on those rows, no F-measure line, sentences without crossings in the totals)")
     _add_debug(evalb)
 
     parse_eval = commands.add_parser("parse-eval", help="parse gold trees' sentences (§6.3) and score them "

@@ -335,15 +335,29 @@ def _is_positive_number(text: str) -> bool:
 
 
 def evalb(args) -> int:
-    """EVALB's report for TEST against GOLD; its per-sentence errors go to stderr as evalb prints them."""
-    from train.parsing.evalb import COLLINS, EvalbParams, evaluate, read_lines
+    """EVALB's report for TEST against GOLD; its per-sentence errors go to stderr as evalb prints them.
+
+    Where evalb stops (MAX_ERROR, a line it cannot read) the rows before it are printed, as
+    evalb prints them, and then the one-line error.
+    """
+    from train.parsing.evalb import COLLINS, EvalbParams, EvalbStopped, evaluate, read_lines
 
     params = EvalbParams.read(args.prm) if args.prm else COLLINS
-    report = evaluate(read_lines(args.gold), read_lines(args.test), params, where=(str(args.gold), str(args.test)))
+    gold, test = read_lines(args.gold), read_lines(args.test)
+    try:
+        report = evaluate(gold, test, params, where=(str(args.gold), str(args.test)))
+    except EvalbStopped as stop:
+        _print_evalb(stop.report, args.layout)
+        raise
+    _print_evalb(report, args.layout)
+    return 0
+
+
+def _print_evalb(report, layout: str) -> None:
     for message in report.messages:
         print(message, file=sys.stderr)
-    sys.stdout.write(report.format())
-    return 0
+    sys.stdout.write(report.format(layout))
+    sys.stdout.flush()
 
 
 def parse_eval(args) -> int:

@@ -98,6 +98,7 @@ class TrainConfig:
     precision: str = "fp32"  # "bf16" = mixed precision (cuda only); "fp16" = the same with dynamic loss scaling
     threads: int = 0  # CPU threads for BLAS and Numba; 0 = the libraries' default (train/threads.py)
     log_every: int = 100  # updates between log lines
+    log_norms: bool = False  # also log per-layer activation and gradient norms at each log line (train/run/layer_norms.py)
     valid_every: int = 1000  # updates between validations (0 = only at the end)
     valid_bleu_sentences: int = 200  # validation BLEU on this many sentences (0 = skip)
     valid_beam: int = 1  # 1 = greedy decoding during validation (fast), >1 = beam size
@@ -179,7 +180,7 @@ RESUMABLE_KEYS = frozenset({
     "train.valid_beam", "train.ckpt_every", "train.ckpt_minutes", "train.keep_last",
     "train.average_last", "train.backend", "train.threads", "model.impl", "train.keep_last_full",
     "train.patience", "train.bucket_mb", "train.check_replicas", "train.collective_timeout_s",
-    "train.lr_factor", "model.p_drop", "model.attention_dropout",
+    "train.lr_factor", "model.p_drop", "model.attention_dropout", "train.log_norms",
 }) | {f"decode.{f.name}" for f in dataclasses.fields(DecodeConfig)}
 
 

@@ -5,7 +5,7 @@ How evalb scores a (gold line, test line) pair, step by step (sections [6] and [
 1. Read each line as brackets. A terminal `(TAG word)` whose TAG is a DELETE_LABEL
    (COLLINS.prm: punctuation , : `` '' . and -NONE-) is dropped with its word; the
    sentence length for the cut-off counts every terminal except DELETE_LABEL_FOR_LENGTH.
-2. A test line without words is a "Skip" sentence. Different word counts (after QUOTE_LABEL
+2. A test line without words (and not cut off) is a "Skip" sentence. Different word counts (after QUOTE_LABEL
    repairs, nk.prm) or different words (EQ_WORD pairs count as equal) make an "Error"
    sentence. Neither counts in the totals.
 3. Constituents: a bracket over no words, or whose label (cut at the first '-' or '=':
@@ -19,19 +19,32 @@ The summary sums matches and bracket counts over valid sentences (recall = match
 precision = matched/test, F1 = 2PR/(P+R)), once for all sentences and once for those of
 length <= CUTOFF_LEN (40).
 
-Where we differ (a C program's undefined or fatal paths): no limits on line, word or
-label lengths; a word outside brackets or two words in one bracket is an InputError (evalb
-loops on it until MAX_ERROR and exits); a ')' that closes nothing makes the sentence an
-Error (evalb reads outside its stack); F1 of 0/0 is nan.
+Errors, as the compiled evalb.c (2006 revision) has them (tests/train/parsing/test_evalb.py
+holds its output): every message evalb prints on stderr ("LINE : ...") is one error; a
+line it cannot read to the end (a bracket left open, a ')' too many, a line cut off after
+"(LABEL") is scored as far as it goes and counts as an Error sentence; at the error that
+makes more than MAX_ERROR + 1, "Number of lines unmatch" included, evalb stops (exit 1),
+having printed the rows before that sentence and no totals: here that is EvalbStopped, an
+InputError that carries those rows. A word outside any bracket, or two in one, makes evalb
+print "Reading sentence" until MAX_ERROR and stop: EvalbStopped at once. `Report.format`
+prints the 2006 layout, or with layout="1997" that of EVALB's own sample.rsl.
+
+Where we differ (a C program's undefined paths): no limits on line, word or label
+lengths; past the end of a line cut off after "(LABEL" evalb reads on into whatever its
+line buffer still holds (mostly the tail of the gold line), so its row and messages for
+that sentence depend on those bytes: an Error with one to three messages, or a Skip when
+it finds no word there. We take one "More than two elements in a bracket" error and make
+the sentence an Error, as a truncated line is.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from train.errors import InputError
-from train.parsing.evalb_report import ERROR, OK, SKIP, Report, SentenceResult
+from train.parsing.evalb_report import ERROR, LAYOUTS, OK, SKIP, Report, SentenceResult
 
 _SPACE = " \t\n\v\f\r"  # C isspace()
 
@@ -118,11 +131,20 @@ class _Line:
     quotes: list[_Quote] = field(default_factory=list)
     length: int = 0  # words counted for the cut-off
     errors: list[str] = field(default_factory=list)
+    cut_off: bool = False  # ends in "(LABEL": an Error sentence even without words (see the module's docstring)
 
 
 def _read_line(text: str, params: EvalbParams, where: str) -> _Line:
-    """evalb's read_line: terminals and brackets of one bracketed sentence."""
-    line, stack, p, n = _Line(), [], 0, len(text)
+    """evalb's read_line: terminals and brackets of one bracketed sentence.
+
+    The bracket stack is evalb's `int stack_top; int stack[200];`, with what the compiled
+    program does off its bottom: a ')' with nothing open reads stack[-1], which is stack_top
+    itself, 0, so it closes the line's first bracket where it stands; the check for that comes
+    one pop late, so the second ')' too many is the first that prints "too many close bracket";
+    further below, the C program reads other variables, and we leave the brackets alone. A line
+    whose `top` does not end at 0, either way, gets the one "too many open bracket" message.
+    """
+    line, stack, top, p, n = _Line(), {}, 0, 0, len(text)
     while p < n:
         char = text[p]
         if char in _SPACE:
@@ -130,34 +152,40 @@ def _read_line(text: str, params: EvalbParams, where: str) -> _Line:
         elif char == "(":
             label_start, p = p + 1, _token_end(text, p + 1)
             label = text[label_start:p]
-            if p < n and text[p] in _SPACE:
-                q = p
-                while q < n and text[q] in _SPACE:
-                    q += 1
+            q = p
+            while q < n and text[q] in _SPACE:
+                q += 1
+            if q >= n:                                   # cut off after "(LABEL": evalb reads on past the line
+                line.errors.append("More than two elements in a bracket")
+                line.cut_off = True
+            elif q > p:
                 word_start, q = q, _token_end(text, q)
                 word = text[word_start:q]
                 if q < n and text[q] == ")":
                     if label not in params.delete_labels_for_length:
                         line.length += 1
                     if label in params.quote_labels and word in ("'", '"', "/"):
-                        line.quotes.append(_Quote(word, label, len(line.terminals), len(line.brackets), list(stack)))
+                        open_now = [stack.get(k) for k in range(top)]
+                        line.quotes.append(_Quote(word, label, len(line.terminals), len(line.brackets), open_now))
                     if label not in params.delete_labels:
                         line.terminals.append((word, label))
                     p = q + 1
                     continue
                 if q >= n or text[q] != "(":
                     raise InputError(f"{where}: more than two elements in the bracket ({label} {word} ...)")
-            stack.append(len(line.brackets))
+            stack[top], top = len(line.brackets), top + 1
             line.brackets.append([len(line.terminals), -1, label])
         elif char == ")":
-            if stack:
-                line.brackets[stack.pop()][1] = len(line.terminals)
-            else:
+            if top < 0:                                  # evalb's check comes one ')' late
                 line.errors.append("Bracketing unbalance (too many close bracket)")
+            opened = stack.get(top - 1) if top > 0 else 0 if top == 0 else None   # stack[-1] is stack_top, 0
+            top -= 1
+            if opened is not None and opened < len(line.brackets):
+                line.brackets[opened][1] = len(line.terminals)
             p += 1
         else:
             raise InputError(f"{where}: {text[p:_token_end(text, p)]!r} is outside any bracket")
-    if stack:
+    if top != 0:
         line.errors.append("Bracketing is unbalanced (too many open bracket)")
     return line
 
@@ -181,9 +209,10 @@ def score_sentence(gold: str, test: str, params: EvalbParams = COLLINS, number: 
     errors = g.errors + t.errors
 
     def failed(status: int, *more: str) -> SentenceResult:
-        return SentenceResult(number, g.length, status, 0, 0, 0, 0, len(g.terminals), 0, tuple(errors) + more)
+        return SentenceResult(number, g.length, status, 0, 0, 0, 0, len(g.terminals), 0, tuple(errors) + more,
+                              compared=False)
 
-    if not t.terminals:
+    if not t.terminals and not t.cut_off:
         return failed(SKIP)
     if len(g.terminals) != len(t.terminals):
         _fix_quotes(g, t, params)
@@ -259,27 +288,50 @@ def _reinsert(quote: _Quote, line: _Line) -> None:
         line.brackets[k][1] += 1
 
 
+class EvalbStopped(InputError):
+    """Where evalb gives up (exit 1): too many errors, or a line it cannot read. `report` holds the
+    sentences scored before it, which evalb has printed by then (it prints no totals)."""
+
+    def __init__(self, message: str, report: Report):
+        super().__init__(message)
+        self.report = report
+        report.stopped = message
+
+
 def evaluate(gold_lines: list[str], test_lines: list[str], params: EvalbParams = COLLINS,
              where: tuple[str, str] = ("gold", "test"), stop_after_max_error: bool = True) -> Report:
     """Score test lines against gold lines, one sentence a line, as evalb does.
 
-    evalb gives up (exit 1) when errors pile up past MAX_ERROR; so does this, with an
-    InputError, unless `stop_after_max_error` is False (parse-eval counts them instead).
+    evalb exits at its error number MAX_ERROR + 2 ("Number of lines unmatch" counts too), and on
+    a line it cannot read: EvalbStopped then, unless `stop_after_max_error` is False, when only an
+    unreadable line stops it (parse-eval counts the errors of its own well-formed trees instead).
     """
     report = Report(params.cutoff_len)
+    limit = params.max_error + 2 if stop_after_max_error else math.inf
     n_errors = 0
     for number, (gold, test) in enumerate(zip(gold_lines, test_lines), start=1):
-        result = score_sentence(gold, test, params, number, where)
-        report.add(result)
+        try:
+            result = score_sentence(gold, test, params, number, where)
+        except InputError as err:
+            raise EvalbStopped(f"{err} (evalb stops here)", report) from None
+        if n_errors + len(result.errors) >= limit:         # evalb's messages up to the fatal one, not its row
+            report.messages += [f"{number} : {message}" for message in result.errors[:limit - n_errors]]
+            _stop(report, where[1], number, params, result.errors[limit - n_errors - 1])
         n_errors += len(result.errors)
-        if stop_after_max_error and n_errors > params.max_error + 1:
-            raise InputError(f"{where[1]}:{number}: more than MAX_ERROR = {params.max_error} errors "
-                             f"(evalb stops here); the last: {result.errors[-1]}")
+        report.add(result)
     if len(gold_lines) != len(test_lines):
+        number = min(len(gold_lines), len(test_lines)) + 1
         side = "gold" if len(gold_lines) > len(test_lines) else "test"
-        report.messages.append(f"{min(len(gold_lines), len(test_lines)) + 1} : Number of lines unmatch "
-                               f"(too many lines in {side} file)")
+        message = f"Number of lines unmatch (too many lines in {side} file)"
+        report.messages.append(f"{number} : {message}")
+        if n_errors + 1 >= limit:
+            _stop(report, where[0] if side == "gold" else where[1], number, params, message)
     return report
+
+
+def _stop(report: Report, where: str, number: int, params: EvalbParams, message: str) -> None:
+    raise EvalbStopped(f"{where}:{number}: more than MAX_ERROR = {params.max_error} errors, evalb stops here "
+                       f"and prints no totals (the last: {message})", report)
 
 
 def read_lines(path: str | Path) -> list[str]:
@@ -298,4 +350,4 @@ def read_lines(path: str | Path) -> list[str]:
     return text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")
 
 
-__all__ = ["EvalbParams", "COLLINS", "score_sentence", "evaluate", "read_lines"]
+__all__ = ["EvalbParams", "COLLINS", "EvalbStopped", "LAYOUTS", "score_sentence", "evaluate", "read_lines"]

@@ -3,6 +3,14 @@
 train/parsing/evalb.py scores each sentence; this module adds the results up and prints
 them exactly as evalb does (status 0 valid, 1 error, 2 skip; recall = matched/gold,
 precision = matched/test, F1 = 2PR/(P+R), over valid sentences only).
+
+Two layouts (LAYOUTS), the same numbers:
+  "2006"  what the compiled evalb.c (2006 revision) prints: Words 0 on the rows of sentences
+          it did not compare (Skip, "Length unmatch", "Words unmatch"), an F-measure line in
+          each summary block, "-nan" (glibc's 0/0) when recall and precision are both 0.
+  "1997"  EVALB's worked example, sample.rsl: the gold word count on those rows, no F-measure
+          line, and in the totals line other widths and, in the crossing column, the number
+          of sentences without a crossing bracket.
 """
 
 from __future__ import annotations
@@ -11,6 +19,10 @@ import math
 from dataclasses import dataclass, field
 
 OK, ERROR, SKIP = 0, 1, 2
+LAYOUTS = ("2006", "1997")
+HEADER = ("  Sent.                        Matched  Bracket   Cross        Correct Tag",
+          " ID  Len.  Stat. Recal  Prec.  Bracket gold test Bracket Words  Tags Accracy")
+RULE = "=" * 76
 
 
 @dataclass(frozen=True)
@@ -27,14 +39,16 @@ class SentenceResult:
     words: int  # gold words after deletion
     correct_tags: int
     errors: tuple[str, ...] = ()
+    compared: bool = True  # False: evalb gave up before comparing brackets (Skip, Length or Words unmatch)
 
-    def row(self) -> str:
+    def row(self, layout: str = "2006") -> str:
         recall = 100.0 * self.matched / self.gold_brackets if self.gold_brackets else 0.0
         precision = 100.0 * self.matched / self.test_brackets if self.test_brackets else 0.0
-        accuracy = 100.0 * self.correct_tags / self.words if self.words else 0.0
+        words = self.words if self.compared or layout == "1997" else 0
+        accuracy = 100.0 * self.correct_tags / words if words else 0.0
         return (f"{self.id:4d}  {self.length:3d}    {self.status:d}  {recall:6.2f} {precision:6.2f}   "
                 f"{self.matched:3d}    {self.gold_brackets:3d}  {self.test_brackets:3d}    {self.crossing:3d}"
-                f"   {self.words:4d}  {self.correct_tags:4d}   {accuracy:6.2f}")
+                f"   {words:4d}  {self.correct_tags:4d}   {accuracy:6.2f}")
 
 
 @dataclass
@@ -111,6 +125,7 @@ class Report:
     all: Totals = field(default_factory=Totals)
     short: Totals = field(default_factory=Totals)
     messages: list[str] = field(default_factory=list)  # what evalb prints on stderr: "LINE : message"
+    stopped: str | None = None  # why evalb stopped before the totals (train.parsing.evalb.EvalbStopped)
 
     def add(self, result: SentenceResult) -> None:
         self.rows.append(result)
@@ -119,22 +134,35 @@ class Report:
             self.short.add(result)
         self.messages += [f"{result.id} : {message}" for message in result.errors]
 
-    def format(self) -> str:
-        """Exactly what evalb prints on stdout (with the F-measure line of its 2006 version)."""
-        rule = "=" * 76
-        lines = ["  Sent.                        Matched  Bracket   Cross        Correct Tag",
-                 " ID  Len.  Stat. Recal  Prec.  Bracket gold test Bracket Words  Tags Accracy", rule]
-        lines += [row.row() for row in self.rows]
-        lines.append(rule)
+    def format(self, layout: str = "2006") -> str:
+        """Exactly what evalb prints on stdout, in one of LAYOUTS (a stopped run: the rows, no totals)."""
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        lines = [*HEADER, RULE] + [row.row(layout) for row in self.rows]
+        if self.stopped is not None:
+            return "\n".join(lines) + "\n"
         total = self.all
-        head = (f"                {total.recall:6.2f} {total.precision:6.2f} {total.matched:6d} "
-                f"{total.gold_brackets:5d} {total.test_brackets:5d}  {total.crossing:5d}"
-                if total.gold_brackets > 0 and total.test_brackets > 0 else "")
+        if layout == "1997":
+            head = (f"                {total.recall:6.2f} {total.precision:6.2f} {total.matched:6d} "
+                    f"{total.gold_brackets:6d} {total.test_brackets:4d}  {total.no_crossing:5d}")
+        else:
+            head = (f"                {total.recall:6.2f} {total.precision:6.2f} {total.matched:6d} "
+                    f"{total.gold_brackets:5d} {total.test_brackets:5d}  {total.crossing:5d}")
+        if not (total.gold_brackets > 0 and total.test_brackets > 0):
+            head = ""
         tagging = 100.0 * total.correct_tags / total.words if total.words else 0.0
-        lines += [f"{head}  {total.words:5d} {total.correct_tags:5d}   {tagging:6.2f}", "=== Summary ==="]
+        lines += [RULE, f"{head}  {total.words:5d} {total.correct_tags:5d}   {tagging:6.2f}", "=== Summary ==="]
         for title, totals in (("All", self.all), (f"len<={self.cutoff_len}", self.short)):
             lines += ["", f"-- {title} --"]
             for name, value in totals.summary().items():
-                number = f"{value:6d}" if isinstance(value, int) else f"{value:6.2f}"
-                lines.append(f"{name:<26}= {number}")
+                if name == "Bracketing FMeasure" and layout == "1997":
+                    continue
+                lines.append(f"{name:<26}= {_number(value)}")
         return "\n".join(lines) + "\n"
+
+
+def _number(value) -> str:
+    """printf's %6d or %6.2f; glibc prints 0.0/0.0 as -nan."""
+    if isinstance(value, int):
+        return f"{value:6d}"
+    return f"{'-nan':>6}" if math.isnan(value) else f"{value:6.2f}"

@@ -2,12 +2,11 @@
 
     fit(run_config, run_dir)   # trains, validates, checkpoints; re-run the same call to resume
 
-What one update does (§5.3, §5.4) is `train.run.step.train_step`: take the update's
-token-budget batches (§5.1: train.tokens_per_update over every rank), run forward and
-backward on each (dropout on, label-smoothed loss), add the gradients up weighted by target tokens, optionally
-clip, and take one Adam step (β₁ 0.9, β₂ 0.98, ε 1e-9) at the rate of Eq. (3).
-This file is the bookkeeping around it: data order, logging, validation,
-checkpoints, signals.
+What one update does (§5.3, §5.4) is `train.run.step.train_step`: take the update's token-budget batches
+(§5.1: train.tokens_per_update over every rank), run forward and backward on each (dropout on, label-smoothed
+loss), add the gradients up weighted by target tokens, optionally clip, and take one Adam step (β₁ 0.9, β₂ 0.98,
+ε 1e-9) at the rate of Eq. (3). This file is the bookkeeping around it: data order, logging (with
+`train.log_norms`, per-layer norms: train/run/layer_norms.py), validation, checkpoints, signals.
 
 The run directory holds the run: manifest.jsonl (every file listed below, with its sha256:
 train/run/manifest.py), config.json (the resolved config), prepared.json (which prepared data
@@ -55,6 +54,7 @@ from train.errors import InputError
 from train.run import checkpointing, ranks, run_data
 from train.run.checkpointing import Progress, TrainState, run_checkpoints
 from train.run.faults import StopSignals, raise_diverged
+from train.run.layer_norms import layer_norms
 from train.run.loss_scaler import DynamicLossScaler
 from train.run.manifest import Manifest
 from train.run.metrics import METRICS_FILE, MetricsWriter, mfu, peak_tflops, train_flops
@@ -255,6 +255,8 @@ def _train(run_config: RunConfig, run_dir: Path, backend: str, opened, reset_opt
                 if log_now:
                     record = window.summary(state.optimizer.current_lr(), state.scaler, peak)
                     metrics.write("train", at.step, epoch=at.epoch, **record)
+                    if train.log_norms and main:
+                        metrics.write("norms", at.step, **layer_norms(model, batches[0]))
                     bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}",
                                     tok_s=f"{record['tgt_tokens_per_s']:.0f}")
                     say(_format_train(at.step, record))

@@ -1,7 +1,8 @@
 """PNG plots of a run: training curves from metrics.jsonl, and attention heat-maps (appendix, Figures 3-5).
 
 `plot_run(run_dir)` writes run_dir/plots/{loss,perplexity,lr,bleu,tokens_per_s}.png
-(a curve is skipped when the run has no data for it). `plot_attention` draws
+(a curve is skipped when the run has no data for it), and norms.png when the run logged
+per-layer norms (train.log_norms; train/run/norm_plots.py). `plot_attention` draws
 the encoder-decoder attention of one sentence: rows are target tokens, columns
 source tokens, one panel per head, like the paper's attention visualisations.
 
@@ -22,6 +23,7 @@ import numpy as np  # noqa: E402
 
 from train.run.manifest import Manifest  # noqa: E402
 from train.run.metrics import read_metrics  # noqa: E402
+from train.run.norm_plots import norms_figure  # noqa: E402
 
 # (file stem, y label, [(kind, field, legend label)], log scale)
 CURVES = (
@@ -75,6 +77,8 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Pat
         ax.set_title(f"{run_dir.name}: {stem.replace('_', ' ')}")
         fig.tight_layout()
         written.append(save_figure(fig, out / f"{stem}.png"))
+    if any(r.get("kind") == "norms" for r in records):
+        written.append(save_figure(norms_figure(records, f"{run_dir.name}: per-layer norms"), out / "norms.png"))
     return written
 
 

@@ -48,7 +48,7 @@ _FIT_NAMES = (r"config\.json|prepared\.json|metrics\.jsonl|tokenizer\.(model|voc
 _FIT_WRITES = re.compile(_FIT_NAMES)
 # Every name this tool writes in a run directory (what a run made before manifests may hold).
 _OURS = re.compile(_FIT_NAMES + r"|test\.hyp|averaged_last\d+\.safetensors"
-                   r"|plots/(loss|perplexity|lr|bleu|tokens_per_s|attention)\.png"
+                   r"|plots/(loss|perplexity|lr|bleu|tokens_per_s|attention|norms)\.png"
                    r"|(tensorboard|tensorboard-export)/events\.out\.tfevents\.\d+\.[^/]+")
 _OUR_FOLDERS = ("plots", "tensorboard", "tensorboard-export")
 

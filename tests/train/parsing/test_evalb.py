@@ -1,5 +1,14 @@
 """train/parsing/evalb.py against EVALB itself: its worked example (sample.rsl), its parameter files,
-and the rules of its README, each checked by hand or by an independent span count."""
+the rules of its README (checked by hand or by an independent span count), and what the compiled
+evalb.c prints on malformed lines and error counts.
+
+Two programs are the truth here, and each test says which:
+- "sample.rsl (evalb, 1997)": EVALB's own worked example, ../shared/data/evalb/sample/sample.rsl.
+- "evalb.c (2006)": the current evalb.c (Sekine & Collins, 2006 revision; the copy in
+  nikitakit/self-attentive-parser, EVALB/evalb.c), compiled with gcc and run as
+  `evalb -p COLLINS.prm GOLD TEST` on the lines in the test; its stdout, stderr and exit status
+  were copied here. The binary is not needed to run these tests.
+"""
 
 import re
 from collections import Counter
@@ -8,7 +17,8 @@ import pytest
 
 from train.data.files import shared_data_dir
 from train.errors import InputError
-from train.parsing.evalb import COLLINS, EvalbParams, evaluate, read_lines, score_sentence
+from train.__main__ import main
+from train.parsing.evalb import COLLINS, EvalbParams, EvalbStopped, evaluate, read_lines, score_sentence
 from train.parsing.treebank import treebank_files
 from train.parsing.trees import clean, read_trees, right_branching
 
@@ -23,16 +33,27 @@ def sample_report():
 
 
 @needs_evalb
-def test_per_sentence_table_reproduces_sample_rsl_line_for_line():
+def test_1997_layout_reproduces_sample_rsl_byte_for_byte():
+    # sample.rsl (evalb, 1997): every line, the totals line's widths and its crossing column
+    # (16 = sentences without a crossing bracket) included.
+    assert sample_report().format("1997") == (EVALB / "sample" / "sample.rsl").read_text()
+
+
+@needs_evalb
+def test_default_2006_layout_prints_the_sample_as_evalb_c_does():
+    # evalb.c (2006) on sample.gld / sample.tst with sample.prm differs from sample.rsl (1997) in
+    # exactly these places: Words 0 on the rows it did not compare (Skip 11, 14; Length or
+    # Words unmatch 12, 13, 16, 17, 20), its totals line, and an F-measure line per block.
     expected = (EVALB / "sample" / "sample.rsl").read_text().splitlines()
-    got = sample_report().format().splitlines()
-    assert got[:3 + 24 + 1] == expected[:3 + 24 + 1]           # header, 24 rows, the rule under them
-    # The totals line: sample.rsl comes from the 1997 evalb, which printed other column widths and,
-    # in the crossing column, the number of sentences without crossing (16 of 17); the current evalb
-    # (and we) print the crossing brackets there (1, sentence 6). Every other number must agree.
-    old, new = expected[28].split(), got[28].split()
-    assert old[:5] + old[6:] == new[:5] + new[6:]
-    assert int(old[5]) == sample_report().all.no_crossing == 16 and int(new[5]) == 1
+    for k in (11, 12, 13, 14, 16, 17, 20):
+        expected[2 + k] = expected[2 + k][:-22] + "      0     0     0.00"
+    expected[28] = "                 87.76  90.53     86    98    95      1    108   106    98.15"
+    expected.insert(38, "Bracketing FMeasure       =  89.12")
+    expected.insert(52, "Bracketing FMeasure       =  83.20")
+    report = sample_report()
+    assert report.format().splitlines() == expected
+    assert report.messages == ["12 : Words unmatch (is|was)", "13 : Length unmatch (4|5)", "16 : Length unmatch (4|5)",
+                               "17 : Length unmatch (4|6)", "20 : Words unmatch (this|That)"]   # evalb.c's stderr
 
 
 @needs_evalb
@@ -135,10 +156,105 @@ def test_evalb_stops_after_max_error_like_evalb(tmp_path):
     assert evaluate(gold, test, EvalbParams(max_error=2), stop_after_max_error=False).all.errors == 5
 
 
-def test_lines_evalb_cannot_read_are_errors_naming_the_file_and_line():
-    with pytest.raises(InputError, match=r"^sys.tst:2: 'stray' is outside any bracket$"):
+def test_lines_evalb_cannot_read_stop_it_naming_the_file_and_line():
+    # evalb.c (2006): a word outside any bracket, or two words in one, loops on "Reading sentence" until
+    # MAX_ERROR and exits 1; we stop at once, with the file and line.
+    with pytest.raises(EvalbStopped, match=r"^sys.tst:2: 'stray' is outside any bracket \(evalb stops here\)$"):
         evaluate(["(S (NN a))"] * 2, ["(S (NN a))", "(S (NN a)) stray"], where=("gold.txt", "sys.tst"))
-    with pytest.raises(InputError, match=r"^gold.txt:1: more than two elements in the bracket \(NN a \.\.\.\)$"):
+    with pytest.raises(EvalbStopped, match=r"^gold.txt:1: more than two elements in the bracket \(NN a \.\.\.\)"):
         evaluate(["(S (NN a b))"], ["(S (NN a))"], where=("gold.txt", "sys.tst"))
-    unbalanced = score_sentence("(S (NN a)))", "(S (NN a))")
-    assert unbalanced.status == 1 and unbalanced.errors == ("Bracketing unbalance (too many close bracket)",)
+
+
+GOLD_2 = ["(S (NP (DT a)) (VP (VBZ is) (ADJP (JJ good))))", "(S (NP (DT b)) (VP (VBZ is)))"]
+ROW_2 = "   2    2    0  100.00 100.00     3      3    3      0      2     2   100.00"
+
+
+def test_a_test_line_cut_off_mid_tree_is_an_error_sentence_as_evalb_c_scores_it():
+    # evalb.c (2006), COLLINS.prm, exit 0: the line cut after "(VP " is an Error sentence, with three
+    # errors (past the line's end it reads what its buffer still holds of the gold line, here no
+    # "word)", then finds the bracket open, then a length mismatch); the rest is scored as usual.
+    report = evaluate(GOLD_2, ["(S (NP (DT a)) (VP ", GOLD_2[1]])
+    assert [row.row() for row in report.rows] == [
+        "   1    3    1    0.00   0.00     0      0    0      0      0     0     0.00", ROW_2]
+    assert report.messages == ["1 : More than two elements in a bracket",
+                               "1 : Bracketing is unbalanced (too many open bracket)", "1 : Length unmatch (3|1)"]
+    assert (report.all.errors, report.all.valid, report.all.f1) == (1, 1, 100.0)
+
+
+def test_unbalanced_test_lines_are_error_sentences_scored_as_far_as_they_go_as_evalb_c_does():
+    # evalb.c (2006), COLLINS.prm, exit 0 for each. Cut after a whole word: the brackets left open
+    # end at -1, so only NP matches, and the sentence is an Error (not in the totals).
+    cut = evaluate(GOLD_2[:1], ["(S (NP (DT a)) (VP (VBZ is) (ADJP (JJ good)"])
+    assert cut.rows[0].row() == "   1    3    1   25.00  25.00     1      4    4      0      3     3   100.00"
+    assert cut.messages == ["1 : Bracketing is unbalanced (too many open bracket)"]
+    # One ')' too many: the same message (evalb's stack pointer ends at -1); two: its "too many close" first.
+    extra = evaluate([GOLD_2[1]] * 2, [GOLD_2[1] + ")", GOLD_2[1] + "))"])
+    assert [row.row()[:16] for row in extra.rows] == ["   1    2    1  ", "   2    2    1  "]
+    assert extra.messages == ["1 : Bracketing is unbalanced (too many open bracket)",
+                              "2 : Bracketing unbalance (too many close bracket)",
+                              "2 : Bracketing is unbalanced (too many open bracket)"]
+    # A ')' too many in the middle: evalb's stack[-1] is its stack pointer, 0, so it closes the first
+    # bracket (S) where the last ')' stands: S spans both words again and all three brackets match.
+    middle = evaluate([GOLD_2[1]], ["(S (NP (DT b))) (VP (VBZ is)))"])
+    assert middle.rows[0].row() == "   1    2    1  100.00 100.00     3      3    3      0      2     2   100.00"
+
+
+def test_a_line_cut_inside_a_word_bracket_stops_evalb_and_us():
+    # evalb.c (2006): "(VBZ is" then the line's end: "More than two elements in a bracket", then
+    # "Reading sentence" until MAX_ERROR, exit 1, after printing the rows before it.
+    with pytest.raises(EvalbStopped) as stop:
+        evaluate(GOLD_2[::-1], [GOLD_2[1], "(S (NP (DT a)) (VP (VBZ is"], where=("g", "t"))
+    assert str(stop.value).startswith("t:2: more than two elements in the bracket (VBZ is ...)")
+    assert [row.row() for row in stop.value.report.rows] == [ROW_2.replace("   2", "   1", 1)]
+
+
+WRONG_WORD = ("(S (NN a))", "(S (NN b))")
+C_ROW_ERROR = "    1    1    0.00   0.00     0      0    0      0      0     0     0.00"
+
+
+def test_lines_unmatch_count_toward_max_error_as_in_evalb_c():
+    # evalb.c (2006), COLLINS.prm (MAX_ERROR 10): it exits (status 1) at its 12th error. 11 word
+    # mismatches and one test line too many: the 12th is "Number of lines unmatch"; stdout holds the
+    # header and the 11 rows, no totals.
+    gold, test = [WRONG_WORD[0]] * 11, [WRONG_WORD[1]] * 11
+    with pytest.raises(EvalbStopped, match=r"^test:12: more than MAX_ERROR = 10 errors") as stop:
+        evaluate(gold, test + [WRONG_WORD[0]])
+    report = stop.value.report
+    assert report.format().splitlines()[3:] == [f"{k:4d}{C_ROW_ERROR}" for k in range(1, 12)]
+    assert report.messages[-2:] == ["11 : Words unmatch (a|b)",
+                                    "12 : Number of lines unmatch (too many lines in test file)"]
+    # 12 mismatched lines: the 12th error is line 12's; its row is not printed.
+    with pytest.raises(EvalbStopped, match=r"^test:12: ") as stop:
+        evaluate(gold + [WRONG_WORD[0]], test + ["(S (NN c))"])
+    assert len(stop.value.report.rows) == 11 and stop.value.report.messages[-1] == "12 : Words unmatch (a|c)"
+    # 11 errors and nothing more: evalb prints its totals (exit 0), as we do.
+    assert evaluate(gold, test).all.errors == 11
+    # One gold line too many (the 12th error): evalb stops too, naming the gold file.
+    with pytest.raises(EvalbStopped, match=r"^gold:12: "):
+        evaluate(gold + [WRONG_WORD[0]], test)
+
+
+def test_undefined_f_measure_prints_as_evalb_c_does():
+    # evalb.c (2006): one Error sentence, so recall = precision = 0 and F = 0/0, printed "-nan";
+    # the totals line holds only the word columns. sample.rsl's layout (1997) has no F-measure line.
+    report = evaluate([GOLD_2[0]], ["(S (NP (DT a)) (VP (VBZ are) (ADJP (JJ good))))"])
+    lines = report.format().splitlines()
+    assert lines[3:6] == ["   1    3" + C_ROW_ERROR[5:], "=" * 76, "      0     0     0.00"]
+    assert lines.count("Bracketing FMeasure       =   -nan") == 2
+    assert "FMeasure" not in report.format("1997")
+
+
+def test_evalb_command_prints_what_evalb_c_prints_then_one_error_line(tmp_path, capsys):
+    gold, test = tmp_path / "gold.txt", tmp_path / "test.txt"
+    gold.write_text("\n".join([WRONG_WORD[0]] * 11) + "\n")
+    test.write_text("\n".join([WRONG_WORD[1]] * 11 + [WRONG_WORD[0]]) + "\n")
+    assert main(["evalb", str(gold), str(test)]) == 2
+    out, err = capsys.readouterr()
+    assert out.splitlines()[-1] == f"  11{C_ROW_ERROR}" and "Summary" not in out
+    assert err.splitlines()[-2:] == ["12 : Number of lines unmatch (too many lines in test file)",
+                                     f"error: {test}:12: more than MAX_ERROR = 10 errors, evalb stops here and prints "
+                                     f"no totals (the last: Number of lines unmatch (too many lines in test file))"]
+    test.write_text("\n".join([WRONG_WORD[1]] * 11) + "\n")
+    assert main(["evalb", str(gold), str(test), "--layout", "1997"]) == 0
+    out, _ = capsys.readouterr()
+    assert f"  11    1    1    0.00   0.00     0      0    0      0      1     0     0.00" in out   # gold's word
