@@ -49,12 +49,13 @@ def layer_norms(model, batch) -> dict[str, float]:
     model.eval()
     try:
         with mt.no_grad(), _watching(model, seen):
-            memory = model.encode(src)                                            # (B, S, D)
+            memory = model.encode(src)                                            # (B, S, D); fused: (S, B, D)
             model.decode(tgt_in, memory, padding_mask(model.backend.asarray(src), pad))
     finally:
         model.train(was_training)
     norms = {}
-    for name, (x, f, y) in seen.items():
+    for name, activations in seen.items():
+        x, f, y = (_batch_major(a, model.time_major) for a in activations)
         stack, _, i, _, position = name.split(".")                              # encoder.layers.0.sublayers.1
         sublayer = SUBLAYERS[stack][int(position)]
         key, mask = f"{stack[:3]}.{i}.{sublayer}", real[stack]
@@ -62,7 +63,7 @@ def layer_norms(model, batch) -> dict[str, float]:
         norms[f"{key}.f"], norms[f"{key}.f_const"], norms[f"{key}.f_spread"] = _parts(f, mask)
         norms[f"{key}.y_spread"] = _relative_spread(y, mask)
         norms[f"{key}.grad"] = _grad_norm(model, (f"{stack}.layers.{i}.{sublayer}.", f"{name}."))
-    norms["memory.spread"] = _relative_spread(memory, real["encoder"])
+    norms["memory.spread"] = _relative_spread(_batch_major(memory, model.time_major), real["encoder"])
     return norms
 
 
@@ -104,10 +105,16 @@ def _host(a) -> np.ndarray:
     return np.asarray(a.get() if hasattr(a, "get") else a)                       # CuPy -> NumPy
 
 
-def _parts(a, mask: np.ndarray) -> tuple[float, float, float]:
-    """(rms, rms of the per-sentence mean, rms of the rest) of a (B, L, D) over the real positions of mask (B, L)."""
+def _batch_major(a, time_major: bool) -> np.ndarray:
+    """An activation as float64 (B, L, D) on the host; impl "fused" runs the stacks time-major (L, B, D)."""
     a = a.astype(np.float32) if a.dtype == BF16 else a                            # bf16 bits are no numbers
-    a = _host(a).astype(np.float64) * mask[..., None]                             # (B, L, D), padding zeroed
+    a = _host(a).astype(np.float64)
+    return a.swapaxes(0, 1) if time_major else a
+
+
+def _parts(a: np.ndarray, mask: np.ndarray) -> tuple[float, float, float]:
+    """(rms, rms of the per-sentence mean, rms of the rest) of a (B, L, D) over the real positions of mask (B, L)."""
+    a = a * mask[..., None]                                                       # (B, L, D), padding zeroed
     n = mask.sum(axis=1)[:, None, None]                                           # (B, 1, 1) real positions
     mean = a.sum(axis=1, keepdims=True) / np.maximum(n, 1)                        # (B, 1, D)
     rest = (a - mean) * mask[..., None]                                           # (B, L, D)

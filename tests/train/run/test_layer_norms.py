@@ -68,6 +68,7 @@ def test_norms_are_the_model_own_activations_and_gradients(norm, impl):
         embedded = model.src_positions(model.embeddings.source(model._ids(src)), 0)    # what the first layer reads
         memory = model.encode(src)
     real = src != 0
+    embedded, memory = probe._batch_major(embedded, False), probe._batch_major(memory, model.time_major)  # (B, S, D)
     assert norms["enc.0.self_attn.x"] == pytest.approx(probe._parts(embedded, real)[0], rel=1e-12)
     assert norms["memory.spread"] == pytest.approx(probe._relative_spread(memory, real), rel=1e-12)
     if norm == "post":                                                       # the last connection's output is the memory
