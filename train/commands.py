@@ -307,57 +307,24 @@ def bench(args) -> int:
 
 def scale(args) -> int:
     """Project data-parallel training on 1-8 devices from a measured step and all-reduce (train/experiments/scale.py)."""
-    from train.experiments import scale as scale_model
     from train.experiments import scale_report
 
-    if args.allreduce_only:
-        scale_report.allreduce_only(args.backend, args.json)
-        return 0
-    for link in args.link:
-        if link not in scale_model.LINKS and not _is_positive_number(link):
-            raise InputError(f"--link must be one of {', '.join(scale_model.LINKS)} or a bus bandwidth in GB/s, "
-                             f"got {link!r}")
-    if args.accum < 1 or args.bucket_mb < 0 or (args.step_ms is not None and args.step_ms <= 0):
-        raise InputError("--accum must be at least 1, --bucket-mb 0 or more and --step-ms positive")
-    if not 0 <= args.overlap <= 1:
-        raise InputError(f"--overlap is a fraction of the all-reduce, between 0 and 1; got {args.overlap}")
-    preset = args.preset or ("base" if args.backend in ("cuda", "cupy", "gpu") else "cpu")
-    scale_report.run(preset, args.backend, args.step_ms, args.batch, args.link, args.bucket_mb, args.accum,
-                     args.steps, args.json, overlap=args.overlap)
-    return 0
-
-
-def _is_positive_number(text: str) -> bool:
-    try:
-        return float(text) > 0
-    except ValueError:
-        return False
+    return scale_report.command(args)
 
 
 def evalb(args) -> int:
-    """EVALB's report for TEST against GOLD; its per-sentence errors go to stderr as evalb prints them.
-
-    Where evalb stops (MAX_ERROR, a line it cannot read) the rows before it are printed, as
-    evalb prints them, and then the one-line error.
-    """
+    """EVALB's report for TEST against GOLD, printed as evalb prints it; where evalb stops (MAX_ERROR, a line
+    it cannot read) the rows before it are printed, and then the one-line error."""
     from train.parsing.evalb import COLLINS, EvalbParams, EvalbStopped, evaluate, read_lines
 
     params = EvalbParams.read(args.prm) if args.prm else COLLINS
-    gold, test = read_lines(args.gold), read_lines(args.test)
     try:
-        report = evaluate(gold, test, params, where=(str(args.gold), str(args.test)))
+        evaluate(read_lines(args.gold), read_lines(args.test), params,
+                 where=(str(args.gold), str(args.test))).print(args.layout)
     except EvalbStopped as stop:
-        _print_evalb(stop.report, args.layout)
+        stop.report.print(args.layout)
         raise
-    _print_evalb(report, args.layout)
     return 0
-
-
-def _print_evalb(report, layout: str) -> None:
-    for message in report.messages:
-        print(message, file=sys.stderr)
-    sys.stdout.write(report.format(layout))
-    sys.stdout.flush()
 
 
 def parse_eval(args) -> int:

@@ -22,6 +22,7 @@ import time
 import numpy as np
 
 from train.distributed import communicators
+from train.errors import InputError
 from train.experiments import batch_work, scale_validation
 from train.experiments.scale import GRAD_BYTES, LINKS, PAPER_RUNS, PAPER_TOKENS_PER_STEP, Link, parameter_count, project
 from train.run.metrics import train_flops
@@ -150,6 +151,31 @@ def run(preset: str, backend: str, step_ms: float | None, batch: int | None, lin
         result["paper_runs"][name] = _paper_run(paper_cfg, paper_steps, cfg, step_ms, (B, S, T), chosen, bucket_mb)
     print(json.dumps(result) if as_json else format_report(result))
     return result
+
+
+def command(args) -> int:
+    """`python -m train scale`: the options checked, then the all-reduce alone or the whole projection."""
+    if args.allreduce_only:
+        allreduce_only(args.backend, args.json)
+        return 0
+    for link in args.link:
+        if link not in LINKS and not _is_positive_number(link):
+            raise InputError(f"--link must be one of {', '.join(LINKS)} or a bus bandwidth in GB/s, got {link!r}")
+    if args.accum < 1 or args.bucket_mb < 0 or (args.step_ms is not None and args.step_ms <= 0):
+        raise InputError("--accum must be at least 1, --bucket-mb 0 or more and --step-ms positive")
+    if not 0 <= args.overlap <= 1:
+        raise InputError(f"--overlap is a fraction of the all-reduce, between 0 and 1; got {args.overlap}")
+    preset = args.preset or ("base" if args.backend in ("cuda", "cupy", "gpu") else "cpu")
+    run(preset, args.backend, args.step_ms, args.batch, args.link, args.bucket_mb, args.accum, args.steps, args.json,
+        overlap=args.overlap)
+    return 0
+
+
+def _is_positive_number(text: str) -> bool:
+    try:
+        return float(text) > 0
+    except ValueError:
+        return False
 
 
 def _straggler_source(work) -> str:

@@ -16,6 +16,7 @@ Two layouts (LAYOUTS), the same numbers:
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 
 OK, ERROR, SKIP = 0, 1, 2
@@ -133,6 +134,13 @@ class Report:
         if result.length <= self.cutoff_len:
             self.short.add(result)
         self.messages += [f"{result.id} : {message}" for message in result.errors]
+
+    def print(self, layout: str = "2006") -> None:
+        """What evalb prints: the per-sentence errors on stderr, the report on stdout."""
+        for message in self.messages:
+            print(message, file=sys.stderr)
+        sys.stdout.write(self.format(layout))
+        sys.stdout.flush()
 
     def format(self, layout: str = "2006") -> str:
         """Exactly what evalb prints on stdout, in one of LAYOUTS (a stopped run: the rows, no totals)."""
