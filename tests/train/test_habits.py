@@ -59,6 +59,20 @@ def test_resume_reads_the_runs_config_and_takes_the_settings_that_may_change(tmp
     assert_one_line_error(run_cli("fit"), "fit needs --config CONFIG", "or --resume RUN_DIR")
 
 
+def test_a_run_from_before_tokens_per_update_is_refused_with_the_way_on(tmp_path):
+    run_dir = tmp_path / "run"
+    ok(run_cli(*fit_args(run_dir, "train.max_steps=2")))
+    saved = json.loads((run_dir / "config.json").read_text())
+    del saved["train"]["tokens_per_update"]
+    saved["train"]["accum"] = 2                                  # what config.json held before issue #28
+    (run_dir / "config.json").write_text(json.dumps(saved))
+    (run_dir / "manifest.jsonl").unlink()                        # nor had runs a manifest then (issue #29)
+    for command in (["fit", "--resume", str(run_dir)], fit_args(run_dir, "train.max_steps=4")):
+        assert_one_line_error(run_cli(*command), "started before train.tokens_per_update replaced train.accum "
+                              "(accum 2)", f"--init-from {run_dir}/<a ckpt_*.safetensors>")
+    assert (run_dir / "ckpt_00000002.safetensors").is_file()     # nothing lost
+
+
 def quiet_fit(run_dir, *extra, **kwargs):
     config = config_lib.apply_overrides(RunConfig(name="tiny"), TINY + list(extra))
     with warnings.catch_warnings():

@@ -44,9 +44,19 @@ def resumed_run(run_dir: Path, overrides: list[str], data_dir: Path | None) -> t
     data it recorded."""
     if not (run_dir / MANIFEST_FILE).is_file() and not (run_dir / "config.json").is_file():
         raise InputError(f"{run_dir}: not a run directory (no {MANIFEST_FILE}, no config.json) to resume")
+    refuse_a_run_from_before_tokens_per_update(json.loads((run_dir / "config.json").read_text(encoding="utf-8")),
+                                               run_dir)
     record = recorded(run_dir)
     data_dir = data_dir or (Path(record["data"]).parent if record else None)
     return config_lib.load(run_dir / "config.json", overrides), run_dir, data_dir
+
+
+def refuse_a_run_from_before_tokens_per_update(saved: dict, run_dir: Path) -> None:
+    """A run's config.json from before issue #28 says train.accum; its update cannot be kept exactly on resume."""
+    if "accum" in saved.get("train", {}):
+        raise InputError(f"{run_dir / 'config.json'}: this run was started before train.tokens_per_update replaced "
+                         f"train.accum (accum {saved['train']['accum']}), so its update cannot be kept exactly on "
+                         f"resume; start a new run from its weights with --init-from {run_dir}/<a ckpt_*.safetensors>")
 
 
 def check_same_data(run_dir: Path, record: dict | None):
