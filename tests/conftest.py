@@ -1,13 +1,26 @@
-"""Shared test setup: the hypothesis profile and the backend parametrisation.
+"""Shared test setup: one CPU thread, the hypothesis profile and the backend parametrisation.
 
 A backend that does not work here (no GPU, no CuPy) shows up as a visible
 skip, not as a missing test.
 """
-import numpy as np
-import pytest
-from hypothesis import HealthCheck, settings
+import os
 
-import minitensor as mt
+# One BLAS thread, here and in every process a test starts: on 2 shared cores, threads that spin
+# waiting for each other make a step 10-25x slower (train/threads.py); a test that wants more asks.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numba  # noqa: E402 - after the variables above, before the one below
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+import minitensor as mt  # noqa: E402
+
+# Numba read its thread limit at import: this process may still use 2 threads when a test asks
+# (tests/transformer/test_threads_agree.py); it starts on 1, and so do the processes tests start.
+numba.set_num_threads(1)
+os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 
 # deadline=None: JIT compiles blow through deadlines. The `backend` fixture is a plain
 # string, so sharing it across generated examples is safe.
