@@ -49,11 +49,15 @@ def _add_decoding(parser: argparse.ArgumentParser, beam: int = 4, alpha: float =
     parser.add_argument("--max-len-b", type=int, default=max_len_b,
                         help=f"longest output = source length + this (default {max_len_b}, {section})")
     parser.add_argument("--max-tokens", type=int, default=4096, help="source tokens per decoding batch")
+    parser.add_argument("--early-stop", action="store_true",
+                        help="stop a sentence's beam search once --beam hypotheses have finished (faster; by default "
+                             "it goes on while a live hypothesis can still win, as tensor2tensor does)")
     parser.add_argument("--tokenizer", type=Path, default=None,
                         help="tokenizer.model (default: the one in the checkpoint's run directory)")
     parser.add_argument("--backend", default="cpu", help="numpy, numba, cupy, cpu or cuda (default cpu)")
-    parser.add_argument("--threads", type=int, default=0,
-                        help="CPU threads for BLAS and Numba (default 0: the libraries' choice)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="CPU threads for BLAS and Numba (default 4, at most the cores this process may use; "
+                             "printed on stderr)")
 
 
 def build_parser() -> argparse.ArgumentParser:

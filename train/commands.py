@@ -6,6 +6,7 @@ with beam search (beam 4, α 0.6, §6.1), print sacreBLEU and exact match with a
 few example translations, and write the plots.
 """
 
+import contextlib
 import json
 import os
 import sys
@@ -19,7 +20,7 @@ from train.data.files import iter_lines, iter_parallel, write_atomic
 from train.errors import InputError
 from train.evaluate.scores import corpus_scores
 from train.run import checkpointing
-from train.threads import cpu_threads
+from train.threads import cpu_threads, decoding_threads
 from transformer.checkpoint import CheckpointError, list_checkpoints
 
 
@@ -84,12 +85,23 @@ def prepare(args) -> int:
 
 def _check_decoding(args) -> None:
     """Decoding options that would silently do something else (beam 0 = greedy) are errors."""
-    for flag, value in (("--beam", args.beam), ("--max-tokens", args.max_tokens), ("--max-len-b", args.max_len_b)):
+    for flag, value in (("--beam", args.beam), ("--max-tokens", args.max_tokens), ("--max-len-b", args.max_len_b),
+                        ("--threads", 1 if args.threads is None else args.threads)):
         if value < (0 if flag == "--max-len-b" else 1):
             raise InputError(f"{flag} must be {'0 or more' if flag == '--max-len-b' else 'at least 1'}, got {value}")
     nbest = getattr(args, "nbest", 0)
     if nbest and not 1 <= nbest <= args.beam:
         raise InputError(f"--nbest must be between 1 and --beam ({args.beam}), got {nbest}")
+
+
+@contextlib.contextmanager
+def _decoding_threads(args, on_stdout: bool = True):
+    """A fixed number of CPU threads for decoding (--threads, default train/threads.py's), said on stdout
+    (or, where stdout carries the translations, on stderr if a person watches it, as progress bars are)."""
+    with cpu_threads(decoding_threads(args.threads)) as threads:
+        if on_stdout or sys.stderr.isatty():
+            print(f"CPU threads: {', '.join(threads)}", file=sys.stdout if on_stdout else sys.stderr, flush=True)
+        yield
 
 
 def _progress(total: int, what: str) -> tqdm:
@@ -110,8 +122,8 @@ def translate(args) -> int:
     lines = [line for _, line in iter_lines(args.input)] if args.input is not None else None
     model, tokenizer = _load(args)
     options = dict(beam=args.beam, alpha=args.alpha, max_len_b=args.max_len_b, max_tokens=args.max_tokens,
-                   nbest=args.nbest)
-    with cpu_threads(args.threads):
+                   nbest=args.nbest, early_stop=args.early_stop)
+    with _decoding_threads(args, on_stdout=False):
         if lines is None and args.output is None:  # a line in, a line out
             def write(text: str) -> None:
                 sys.stdout.write(text)
@@ -146,10 +158,10 @@ def evaluate(args) -> int:
     if args.out is not None and args.out.exists():
         raise InputError(f"{args.out}: exists; choose another --out (nothing is overwritten)")
     model, tokenizer = _load(args)
-    with cpu_threads(args.threads), _progress(len(pairs), "translating") as bar:
+    with _decoding_threads(args), _progress(len(pairs), "translating") as bar:
         hyps = translate_lines(model, tokenizer, [s for s, _ in pairs], beam=args.beam, alpha=args.alpha,
                                max_len_b=args.max_len_b, max_tokens=args.max_tokens, where=str(args.src),
-                               on_batch=bar.update)
+                               on_batch=bar.update, early_stop=args.early_stop)
     if args.out is not None:
         args.out.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
     print(corpus_scores(hyps, [r for _, r in pairs]).format())
@@ -233,7 +245,7 @@ def _demo_test(run_config, run_dir: Path, result) -> None:
     decode = run_config.decode
     print(f"decoding {len(test.src_ids)} test sentences: beam {decode.beam}, alpha {decode.alpha} (§6.1)")
     hyp_ids = translate_ids(model, test.src_ids, beam=decode.beam, alpha=decode.alpha,
-                            max_len_b=decode.max_len_b, max_tokens=decode.max_tokens)
+                            max_len_b=decode.max_len_b, max_tokens=decode.max_tokens, early_stop=decode.early_stop)
     hyps = [tokenizer.decode(h) for h in hyp_ids]
     (run_dir / "test.hyp").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
     scores = corpus_scores(hyps, test.tgt_text)
@@ -315,10 +327,10 @@ def parse_eval(args) -> int:
     gold = parsing.read_gold(gold_path)
     model, tokenizer = _load(args)
     start = time.perf_counter()
-    with cpu_threads(args.threads), _progress(len(gold), "parsing") as bar:
+    with _decoding_threads(args), _progress(len(gold), "parsing") as bar:
         outputs = translate_lines(model, tokenizer, [" ".join(tree.words()) for tree in gold], beam=args.beam,
                                   alpha=args.alpha, max_len_b=args.max_len_b, max_tokens=args.max_tokens,
-                                  where=str(gold_path), on_batch=bar.update)
+                                  where=str(gold_path), on_batch=bar.update, early_stop=args.early_stop)
     parses, repaired = parsing.parses_from_outputs(outputs, gold)
     print(f"parsed {len(parses)} sentences of {gold_path} in {time.perf_counter() - start:.0f} s (beam {args.beam}, "
           f"α {args.alpha}, at most input + {args.max_len_b} tokens); {repaired} outputs needed repair")

@@ -51,26 +51,28 @@ def _decode_batches(model, sources: Sequence[Sequence[int]], decode: Callable, m
 
 
 def translate_ids(model, sources: Sequence[Sequence[int]], beam: int = 4, alpha: float = 0.6,
-                  max_len_b: int = 50, max_tokens: int = 4096,
-                  on_batch: Callable[[int], None] | None = None) -> list[list[int]]:
+                  max_len_b: int = 50, max_tokens: int = 4096, on_batch: Callable[[int], None] | None = None,
+                  early_stop: bool = False) -> list[list[int]]:
     """Token ids out (no BOS/EOS) for token ids in (no EOS: it is appended here), same order.
 
     The model is put in eval mode (no dropout) and restored afterwards; `on_batch(n)` is
-    called after each batch of n sentences (a progress bar's update).
+    called after each batch of n sentences (a progress bar's update); `early_stop`: beam search
+    stops a sentence once `beam` hypotheses finished (transformer/search.py).
     """
     def decode(src):
         if beam > 1:
-            return beam_search(model, src, beam=beam, alpha=alpha, max_len_b=max_len_b)
+            return beam_search(model, src, beam=beam, alpha=alpha, max_len_b=max_len_b, early_stop=early_stop)
         return greedy_decode(model, src, max_len_b=max_len_b)
     return [[int(t) for t in hyp] for hyp in _decode_batches(model, sources, decode, max_tokens, on_batch)]
 
 
 def translate_ids_nbest(model, sources: Sequence[Sequence[int]], nbest: int, beam: int = 4, alpha: float = 0.6,
-                        max_len_b: int = 50, max_tokens: int = 4096,
-                        on_batch: Callable[[int], None] | None = None) -> list[list[tuple[float, list[int]]]]:
+                        max_len_b: int = 50, max_tokens: int = 4096, on_batch: Callable[[int], None] | None = None,
+                        early_stop: bool = False) -> list[list[tuple[float, list[int]]]]:
     """The `nbest` best (score, ids) per sentence, best first (beam search even at beam 1)."""
     def decode(src):
-        return beam_search_nbest(model, src, beam=beam, alpha=alpha, max_len_b=max_len_b, nbest=nbest)
+        return beam_search_nbest(model, src, beam=beam, alpha=alpha, max_len_b=max_len_b, nbest=nbest,
+                                 early_stop=early_stop)
     return _decode_batches(model, sources, decode, max_tokens, on_batch)
 
 
@@ -87,7 +89,8 @@ def _encode_lines(tokenizer, lines: Sequence[str], limit: int, where: str, first
 
 def translate_lines(model, tokenizer, lines: Sequence[str], beam: int = 4, alpha: float = 0.6,
                     max_len_b: int = 50, max_tokens: int = 4096, where: str = "input", nbest: int = 0,
-                    first_line: int = 1, on_batch: Callable[[int], None] | None = None) -> list[str]:
+                    first_line: int = 1, on_batch: Callable[[int], None] | None = None,
+                    early_stop: bool = False) -> list[str]:
     """Translate sentences; returns one output line per input line, in order (with `nbest`: the n-best
     records of every input line, see the module docstring; an empty line gives one record with score 0).
 
@@ -97,7 +100,8 @@ def translate_lines(model, tokenizer, lines: Sequence[str], beam: int = 4, alpha
     if not lines:
         raise InputError(f"{where}: empty input, nothing to translate")
     keep, ids = _encode_lines(tokenizer, lines, model.config.max_len - 1, where, first_line)  # one position for EOS
-    options = dict(beam=beam, alpha=alpha, max_len_b=max_len_b, max_tokens=max_tokens, on_batch=on_batch)
+    options = dict(beam=beam, alpha=alpha, max_len_b=max_len_b, max_tokens=max_tokens, on_batch=on_batch,
+                   early_stop=early_stop)
     if not nbest:
         outputs = [""] * len(lines)
         for i, hyp in zip(keep, translate_ids(model, ids, **options) if keep else []):
@@ -135,7 +139,7 @@ def translate_stream(model, tokenizer, read: Callable[[int], bytes], write: Call
 
     `read(n)` returns up to n bytes, b"" at the end (e.g. `lambda n: os.read(0, n)`). Returns the
     number of lines read; an empty stream, or a line that is not UTF-8, is an InputError.
-    `options` are translate_lines' (beam, alpha, max_len_b, max_tokens, nbest).
+    `options` are translate_lines' (beam, alpha, max_len_b, max_tokens, nbest, early_stop).
     """
     arrived: queue.Queue = queue.Queue()
     threading.Thread(target=_read_lines, args=(read, arrived), daemon=True).start()
