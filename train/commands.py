@@ -261,13 +261,33 @@ def _demo_test(run_config, run_dir: Path, result) -> None:
 
 
 def bench(args) -> int:
-    """Time one training step, ours and the PyTorch peer's in the same run (train/experiments/bench.py)."""
+    """Time one training step, ours and the PyTorch peer's in the same run (train/experiments/bench.py);
+    with --decode, translation, ours and CTranslate2's (train/experiments/decode_bench.py)."""
     from train.experiments import bench as bench_lib
 
+    if args.decode:
+        from train.experiments import decode_bench
+
+        if args.repeats < 1 or args.threads < 1 or args.sentences < 0:
+            raise InputError("--repeats and --threads must be at least 1, --sentences 0 or more")
+        decode_bench.run(args.ckpt, args.src, args.models, args.sentences, args.repeats, args.threads,
+                         args.demo_dir, args.json)
+        return 0
     backend = args.backend
     preset = args.preset or ("base" if backend in ("cuda", "cupy", "gpu") else "cpu")
     bench_lib.run(preset, backend=backend, precision=args.precision, steps=args.steps, warmup=args.warmup,
                   peer=not args.no_peer, batch=args.batch, profile=args.profile, as_json=args.json)
+    return 0
+
+
+def export(args) -> int:
+    """A checkpoint as a CTranslate2 model directory (train/evaluate/export_ct2.py)."""
+    from train.evaluate.export_ct2 import export as export_ct2
+
+    model, tokenizer = checkpointing.load_for_inference(args.ckpt, tokenizer_path=args.tokenizer, backend="numpy")
+    out = export_ct2(model, tokenizer, args.out)
+    print(f"wrote {out} (CTranslate2: ctranslate2.Translator({str(out)!r}); the vocabulary is the tokenizer's "
+          f"pieces, so feed it tokenizer.pieces(sentence))")
     return 0
 
 
@@ -360,4 +380,4 @@ def ablate(args) -> int:
 
 
 __all__ = ["fit", "prepare", "translate", "evaluate", "average", "export_tensorboard", "plot", "demo", "bench",
-           "doctor", "ablate", "scale", "evalb", "parse_eval"]
+           "export", "doctor", "ablate", "scale", "evalb", "parse_eval"]

@@ -4,7 +4,8 @@ Steps: tokenize every line, sort by length (so a batch pads little), cut into
 batches within a source-token budget (batching.make_batches, as for training),
 decode each batch with beam search (beam 4, α = 0.6, at most input + 50 tokens,
 §6.1) or greedily (beam 1), detokenize, and put the outputs back in input order. An empty input line
-translates to an empty line, so output and input always pair up.
+translates to an empty line, so output and input always pair up. On the CPU the searches are
+transformer/fast_search.py's (the same outputs as transformer/search.py's, several times faster).
 
 `translate_stream` does the same for a stream that a person or a program writes
 line by line (stdin): it waits for one line, takes whatever else has already
@@ -24,7 +25,13 @@ from collections.abc import Callable, Sequence
 import minitensor as mt
 from train.data.batching import make_batches, pad_batch
 from train.errors import InputError
-from transformer.search import beam_search, beam_search_nbest, greedy_decode
+from transformer import fast_search, search
+
+
+def _searches(model):
+    """fast_search where the model runs on NumPy arrays (tests/transformer/test_fast_search.py: the same
+    outputs), search.py elsewhere (the GPU)."""
+    return fast_search if fast_search.supports(model) else search
 
 
 def _decode_batches(model, sources: Sequence[Sequence[int]], decode: Callable, max_tokens: int,
@@ -39,7 +46,7 @@ def _decode_batches(model, sources: Sequence[Sequence[int]], decode: Callable, m
     model.eval()
     try:
         with mt.no_grad():
-            for batch in make_batches(lengths, lengths, budget, max_sentences=256):
+            for batch in make_batches(lengths, lengths, budget, max_sentences=1024):
                 src = pad_batch([with_eos[i] for i in batch], pad)  # (B, S)
                 for i, hyp in zip(batch, decode(src)):
                     outputs[i] = hyp
@@ -59,10 +66,12 @@ def translate_ids(model, sources: Sequence[Sequence[int]], beam: int = 4, alpha:
     called after each batch of n sentences (a progress bar's update); `early_stop`: beam search
     stops a sentence once `beam` hypotheses finished (transformer/search.py).
     """
+    searches = _searches(model)
+
     def decode(src):
         if beam > 1:
-            return beam_search(model, src, beam=beam, alpha=alpha, max_len_b=max_len_b, early_stop=early_stop)
-        return greedy_decode(model, src, max_len_b=max_len_b)
+            return searches.beam_search(model, src, beam=beam, alpha=alpha, max_len_b=max_len_b, early_stop=early_stop)
+        return searches.greedy_decode(model, src, max_len_b=max_len_b)
     return [[int(t) for t in hyp] for hyp in _decode_batches(model, sources, decode, max_tokens, on_batch)]
 
 
@@ -70,9 +79,11 @@ def translate_ids_nbest(model, sources: Sequence[Sequence[int]], nbest: int, bea
                         max_len_b: int = 50, max_tokens: int = 4096, on_batch: Callable[[int], None] | None = None,
                         early_stop: bool = False) -> list[list[tuple[float, list[int]]]]:
     """The `nbest` best (score, ids) per sentence, best first (beam search even at beam 1)."""
+    searches = _searches(model)
+
     def decode(src):
-        return beam_search_nbest(model, src, beam=beam, alpha=alpha, max_len_b=max_len_b, nbest=nbest,
-                                 early_stop=early_stop)
+        return searches.beam_search_nbest(model, src, beam=beam, alpha=alpha, max_len_b=max_len_b, nbest=nbest,
+                                          early_stop=early_stop)
     return _decode_batches(model, sources, decode, max_tokens, on_batch)
 
 
