@@ -81,7 +81,7 @@ def _softmax_rows(scores, length):
     for h in range(scores.shape[0]):
         top = scores[h, 0]
         for p in range(length):
-            top = max(top, scores[h, p])
+            top = scores[h, p] if scores[h, p] > top else top
         total = 0.0
         for p in range(length):
             e = exp_like(scores[h, p] - top, scores) if scores[h, p] > -np.inf else 0 * top
@@ -119,15 +119,15 @@ def self_attention_step_v1(q, keys, values, rows, heads, out):
     n, D = q.shape
     P = rows.shape[1]
     scale = q.dtype.type(1.0 / math.sqrt(D // heads))
+    scores_of, weights_of = np.empty((n, heads, P), dtype=q.dtype), np.empty((n, D), dtype=q.dtype)   # scratch
     for i in prange(n):
-        scores = np.empty((heads, P), dtype=q.dtype)                       # (H, P)
-        weights, acc = np.empty(D, dtype=q.dtype), np.zeros(D, dtype=q.dtype)
+        scores, weights, acc = scores_of[i], weights_of[i], out[i]        # (H, P), (D,), (D,)
         for p in range(P):
             _dot_heads(q[i], keys[rows[i, p]], heads, scale, scores, p)    # §3.2.1: q·k / √d_k
         _softmax_rows(scores, P)
+        acc[:] = 0
         for p in range(P):
             _add_weighted(acc, weights, scores, p, values[rows[i, p]])     # Σ_p softmax(...)_p v_p
-        out[i] = acc
 
 
 @njit(cache=True, parallel=True, fastmath=FASTMATH)
@@ -135,21 +135,24 @@ def cross_attention_step_v1(q, keys, values, sentence, valid, heads, out):
     n, D = q.shape
     S = keys.shape[1]
     scale = q.dtype.type(1.0 / math.sqrt(D // heads))
+    scores_of, weights_of = np.empty((n, heads, S), dtype=q.dtype), np.empty((n, D), dtype=q.dtype)   # scratch
     for i in prange(n):
         b = sentence[i]
+        scores, weights, acc = scores_of[i], weights_of[i], out[i]        # (H, S), (D,), (D,)
         length = 0                                                         # past the last real source token
         for j in range(S):
             length = j + 1 if valid[b, j] else length
-        scores = np.empty((heads, max(length, 1)), dtype=q.dtype)         # (H, S)
-        weights, acc = np.empty(D, dtype=q.dtype), np.zeros(D, dtype=q.dtype)
         for j in range(length):
             _dot_heads(q[i], keys[b, j], heads, scale, scores, j)
             if not valid[b, j]:
                 scores[:, j] = -np.inf                                     # padding inside: weight 0
         _softmax_rows(scores, length)
+        acc[:] = 0
         for j in range(length):
             _add_weighted(acc, weights, scores, j, values[b, j])
-        out[i] = acc
+
+
+BLOCK = 16  # log_softmax_topk skips a block of logits whose largest cannot enter the best W
 
 
 @njit(cache=True, parallel=True, fastmath=FASTMATH)
@@ -161,7 +164,7 @@ def log_softmax_topk_v1(logits, banned, out_values, out_ids):
         row = logits[i]
         top = row[0]
         for j in range(V):                                               # pass 1: max, then Σ exp
-            top = max(top, row[j])
+            top = row[j] if row[j] > top else top                        # (a select vectorises; max() does not)
         total = 0.0                                                      # float64 sum of (vectorised) exps
         for j in range(V):
             total += exp_like(row[j] - top, row)
@@ -169,15 +172,22 @@ def log_softmax_topk_v1(logits, banned, out_values, out_ids):
         vals, ids = out_values[i], out_ids[i]
         for w in range(W):
             vals[w], ids[w] = neg_inf, 0
-        for j in range(V):                                               # pass 2: insert into the best W
-            v = row[j] - shift
-            if v <= vals[W - 1] or banned[j]:                            # ties keep the lower id first
+        for start in range(0, V, BLOCK):                                 # pass 2: insert into the best W
+            stop = min(start + BLOCK, V)
+            block_top = row[start]
+            for j in range(start, stop):
+                block_top = row[j] if row[j] > block_top else block_top
+            if block_top - shift <= vals[W - 1]:                         # (rounding keeps the order)
                 continue
-            w = W - 1
-            while w > 0 and vals[w - 1] < v:
-                vals[w], ids[w] = vals[w - 1], ids[w - 1]
-                w -= 1
-            vals[w], ids[w] = v, j
+            for j in range(start, stop):
+                v = row[j] - shift
+                if v <= vals[W - 1] or banned[j]:                        # ties keep the lower id first
+                    continue
+                w = W - 1
+                while w > 0 and vals[w - 1] < v:
+                    vals[w], ids[w] = vals[w - 1], ids[w - 1]
+                    w -= 1
+                vals[w], ids[w] = v, j
 
 
 @njit(cache=True, parallel=True, fastmath=FASTMATH)

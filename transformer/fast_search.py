@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import decode_kernels
-from .search import _inference, _max_lengths, _to_host, length_penalty
+from .search import _check_beam, _inference, _max_lengths, _to_host, best_of, length_penalty
 
 
 def supports(model) -> bool:
@@ -165,38 +165,35 @@ def greedy_decode(model, src_ids, max_len_b: int = 50) -> list[list[int]]:
     """search.greedy_decode, fast: the most probable next token at every step."""
     cfg = model.config
     limits = _max_lengths(model, _to_host(src_ids), max_len_b)             # (B,)
-    outputs = [[] for _ in limits]
+    outputs = np.zeros((len(limits), int(limits.max(initial=0))), dtype=np.int64)   # (B, L)
+    lengths = np.zeros(len(limits), dtype=np.int64)                        # (B,) tokens generated
     with _inference(model):
         decoder = _Decoder(model, src_ids, 1)
         active = np.arange(len(limits))                                    # the sentence of each row
         tokens = np.full(len(limits), cfg.bos_id, dtype=np.int64)
-        for step in range(int(limits.max(initial=0))):
+        for step in range(outputs.shape[1]):
             if not len(active):
                 break
             _, best = decoder.step(tokens, 1)
             tokens = best[:, 0]                                            # (n,)
-            for b, token in zip(active[tokens != cfg.eos_id], tokens[tokens != cfg.eos_id]):
-                outputs[b].append(int(token))
-            going = (tokens != cfg.eos_id) & (step + 1 < limits[active])
+            said = tokens != cfg.eos_id
+            outputs[active[said], step], lengths[active[said]] = tokens[said], step + 1
+            going = said & (step + 1 < limits[active])
             decoder.keep(np.flatnonzero(going))
             active, tokens = active[going], tokens[going]
-    return outputs
+    return [row[:n].tolist() for row, n in zip(outputs, lengths)]
 
 
 def beam_search(model, src_ids, beam: int = 4, alpha: float = 0.6, max_len_b: int = 50,
                 early_stop: bool = False) -> list[list[int]]:
     """search.beam_search, fast: the best finished hypothesis per sentence."""
-    return [hyps[0][1] if hyps else []
-            for hyps in beam_search_nbest(model, src_ids, beam, alpha, max_len_b, 1, early_stop)]
+    return best_of(beam_search_nbest(model, src_ids, beam, alpha, max_len_b, 1, early_stop))
 
 
 def beam_search_nbest(model, src_ids, beam: int = 4, alpha: float = 0.6, max_len_b: int = 50,
                       nbest: int = 1, early_stop: bool = False) -> list[list[tuple[float, list[int]]]]:
     """search.beam_search_nbest, fast: the `nbest` best (score, tokens) per sentence, best first."""
-    if beam < 1:
-        raise ValueError(f"beam must be >= 1, got {beam}")
-    if not 1 <= nbest <= beam:
-        raise ValueError(f"nbest must be between 1 and the beam size {beam}, got {nbest}")
+    _check_beam(beam, nbest)
     cfg, k = model.config, beam
     limits = _max_lengths(model, _to_host(src_ids), max_len_b)             # (B,)
     B = len(limits)

@@ -120,8 +120,19 @@ def greedy_decode(model, src_ids, max_len_b: int = 50) -> list[list[int]]:
 def beam_search(model, src_ids, beam: int = 4, alpha: float = 0.6, max_len_b: int = 50,
                 early_stop: bool = False) -> list[list[int]]:
     """§6.1 beam search (k = beam) with lp(|Y|) = ((5+|Y|)/6)^α; returns the best finished hypothesis per sentence."""
-    return [hyps[0][1] if hyps else []
-            for hyps in beam_search_nbest(model, src_ids, beam, alpha, max_len_b, 1, early_stop)]
+    return best_of(beam_search_nbest(model, src_ids, beam, alpha, max_len_b, 1, early_stop))
+
+
+def best_of(nbest_lists) -> list[list[int]]:
+    """The tokens of the best hypothesis of each n-best list ([] where none finished)."""
+    return [hyps[0][1] if hyps else [] for hyps in nbest_lists]
+
+
+def _check_beam(beam: int, nbest: int) -> None:
+    if beam < 1:
+        raise ValueError(f"beam must be >= 1, got {beam}")
+    if not 1 <= nbest <= beam:
+        raise ValueError(f"nbest must be between 1 and the beam size {beam}, got {nbest}")
 
 
 def beam_search_nbest(model, src_ids, beam: int = 4, alpha: float = 0.6, max_len_b: int = 50,
@@ -131,10 +142,7 @@ def beam_search_nbest(model, src_ids, beam: int = 4, alpha: float = 0.6, max_len
     score = log P(Y | X) / lp(|Y|), the quantity the search ranks by (§6.1).
     early_stop: stop a sentence as soon as k hypotheses have finished (faster; see the module docstring).
     """
-    if beam < 1:
-        raise ValueError(f"beam must be >= 1, got {beam}")
-    if not 1 <= nbest <= beam:
-        raise ValueError(f"nbest must be between 1 and the beam size {beam}, got {nbest}")
+    _check_beam(beam, nbest)
     cfg, k = model.config, beam
     src = _to_host(src_ids)
     limits = _max_lengths(model, src, max_len_b)                           # (B,)

@@ -1,6 +1,5 @@
 """`python -m train bench --decode`: both systems decode the same sentences; the report says how they compare."""
 import json
-import warnings
 
 import numpy as np
 import pytest
@@ -13,21 +12,11 @@ pytest.importorskip("ctranslate2")
 from train.experiments import decode_bench  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-    from train.data.tokenizer import Tokenizer
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return Tokenizer.train([" ".join(f"w{i}" for i in range(200))] * 5, tmp_path_factory.mktemp("spm") / "tok",
-                               vocab_size=40)
-
-
-def test_bench_model_times_both_and_counts_equal_greedy_outputs(tokenizer):
-    model = Transformer(TransformerConfig.tiny(vocab_size=tokenizer.vocab_size, d_model=16, d_ff=32, h=2, max_len=64),
-                        np.random.default_rng(0), backend="cpu")
+def test_bench_model_times_both_and_counts_equal_greedy_outputs(words_tokenizer):
+    config = TransformerConfig.tiny(vocab_size=words_tokenizer.vocab_size, d_model=16, d_ff=32, h=2, max_len=64)
+    model = Transformer(config, np.random.default_rng(0), backend="cpu")
     lines = [" ".join(f"w{(7 * i + j) % 200}" for j in range(1 + i % 5)) for i in range(12)]
-    result = decode_bench.bench_model("tiny", model, tokenizer, lines, sentences=10, repeats=2, threads=1,
+    result = decode_bench.bench_model("tiny", model, words_tokenizer, lines, sentences=10, repeats=2, threads=1,
                                       say=lambda message: None)
     assert result["sentences"] == 10 and result["threads"] == 1
     for key in ("greedy", "beam4"):
