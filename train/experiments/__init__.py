@@ -1,7 +1,8 @@
-"""Experiments on top of training: Table 3's ablations (§6.2), the step benchmark, the multi-GPU projection.
+"""Experiments on top of training: Table 3's ablations (§6.2), the benchmarks, the multi-GPU projection.
 
 ablate.py runs a grid of variants (ablate_grid.py) and sets the results beside the paper
 (ablate_report.py); bench.py times one training step beside a PyTorch peer measured in the
-same run; scale.py projects a measured step onto 1-8 devices.
+same run, decode_bench.py translation beside CTranslate2; scale.py projects a measured step
+onto 1-8 devices.
 Imports: everything but the CLI.
 """
