@@ -221,7 +221,7 @@ def hypothesis_scores(model, src_ids, hyps: list[list[int]], alpha: float = 0.6,
     src = _to_host(src_ids)
     limits = _max_lengths(model, src, max_len_b)                           # (B,)
     full = [list(y) + ([cfg.eos_id] if len(y) < limit else []) for y, limit in zip(hyps, limits)]
-    T = max(len(y) for y in full)
+    T = max(1, max(len(y) for y in full))
     tgt_in = np.full((len(full), T), cfg.pad_id, dtype=np.int64)          # (B, T): BOS y_1 ... y_{T-1}
     tgt_out = np.full((len(full), T), cfg.pad_id, dtype=np.int64)         # (B, T): y_1 ... y_T
     for b, y in enumerate(full):

@@ -248,3 +248,17 @@ def test_stopping_later_never_scores_lower(seed, k, alpha):
         greedy = greedy_decode(model, src, max_len_b=4)[0]
         ended = greedy + ([EOS] if len(greedy) < 6 else [])
         assert full[0] >= model.sequence_log_prob(ended) / length_penalty(len(ended), alpha) - 1e-5
+
+
+def test_hypothesis_scores_are_the_scores_the_search_ranks_by():
+    """One teacher-forced pass gives log P(Y | X) / lp(|Y|) as beam search computed it step by step,
+    EOS counted, except for outputs cut at the length limit."""
+    model = small_model(backend="numpy", seed=4, vocab_size=9)
+    src = random_ids(np.random.default_rng(4), 4, 5, 9, lengths=[5, 3, 4, 1])
+    hyps = beam_search_nbest(model, src, beam=3, max_len_b=4, nbest=3)
+    flat = [(b, score, tokens) for b, ranked in enumerate(hyps) for score, tokens in ranked]
+    rescored = [hypothesis_scores(model, src[b:b + 1], [tokens], max_len_b=4)[0] for b, _, tokens in flat]
+    np.testing.assert_allclose(rescored, [score for _, score, _ in flat], rtol=1e-5)
+    limits = (src != 0).sum(axis=1) + 4
+    assert any(len(tokens) == limits[b] for b, _, tokens in flat), "a hypothesis cut at the limit (no EOS) is scored"
+    assert any(len(tokens) < limits[b] for b, _, tokens in flat), "and one that ended with EOS"
