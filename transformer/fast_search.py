@@ -121,7 +121,7 @@ class _Decoder:
         """n fresh arena rows. A full arena doubles in place (realloc: large blocks are remapped, not
         copied), so a row costs O(1) however long the search; nothing keeps a view of the old memory."""
         if self.used + n > len(self.fed):
-            capacity = max(2 * len(self.fed), self.used + n, 256)
+            capacity = max(2 * len(self.fed), self.used + n, 16 * n)          # at first: 16 steps
             for array in [self.fed, *self.keys, *self.values]:
                 array.resize((capacity, *array.shape[1:]), refcheck=False)
         self.used += n

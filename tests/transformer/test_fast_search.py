@@ -44,7 +44,7 @@ def test_a_batch_with_finished_sentences_dropped_equals_one_sentence_at_a_time(b
 
 
 def test_long_outputs_grow_the_key_value_arena(backend):
-    """max_len_b 40: the arena (256 rows at first) doubles several times while decoding."""
+    """max_len_b 40: the arena (16 steps at first) has to grow while decoding."""
     model, src = model_and_source(8, backend=backend, max_len=64)
     assert fast_search.beam_search(model, src, beam=4, max_len_b=40) == search.beam_search(model, src, beam=4,
                                                                                             max_len_b=40)
