@@ -9,7 +9,7 @@
 2. NCCL all-reduce of 256 MB with one rank (in place), beside a device-to-device copy of the same
    size: one GPU has no link to measure; `mpiexec -n 8 python -m train scale --backend cuda
    --allreduce-only` measures the real bus bandwidth on an 8-GPU node.
-The projection to 8 GPUs is `python -m train scale --backend cuda` (benchmarks/gpu_session.sh dp).
+The projection to 8 GPUs is `python -m train scale --backend cuda`. Run by benchmarks/gpu_lease.sh call2.
 Benchmarks report; they never assert.
 """
 from __future__ import annotations
@@ -22,13 +22,12 @@ import time
 import warnings
 from pathlib import Path
 
-import cupy
-
 from train import config as config_lib
-from train.distributed.communicators import Mpi
-from train.distributed.nccl import Nccl
 from train.run.loop import fit
 from train.run.metrics import read_metrics
+
+# cupy and NCCL are imported where they are used: --help answers on any machine (the lease's dry run,
+# tests/benchmarks/test_gpu_lease.py).
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE_ON_DEMO_TASK = ["model.N=6", "model.d_model=512", "model.d_ff=2048", "model.h=8", "model.max_len=256",
@@ -44,9 +43,12 @@ def step_ms(run_dir: Path, log_every: int) -> float:
 
 
 def fit_overhead(steps: int, log_every: int = 20, rounds: int = 2) -> dict:
+    from train.distributed.communicators import SingleProcess
+    from train.distributed.nccl import Nccl
+
     overrides = BASE_ON_DEMO_TASK + [f"train.max_steps={steps}", f"train.log_every={log_every}"]
     run_config = config_lib.load(ROOT / "configs" / "demo.toml", overrides)
-    nccl = Nccl(Mpi())
+    nccl = Nccl(SingleProcess())
     times = {"none": [], "nccl": []}
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -61,7 +63,12 @@ def fit_overhead(steps: int, log_every: int = 20, rounds: int = 2) -> dict:
 
 
 def allreduce_one_rank(nbytes: int = 256 * 2**20, repeats: int = 20) -> dict:
-    comm = Nccl(Mpi())
+    import cupy
+
+    from train.distributed.communicators import SingleProcess
+    from train.distributed.nccl import Nccl
+
+    comm = Nccl(SingleProcess())
     x = cupy.ones(nbytes // 4, dtype=cupy.float32)
     y = cupy.empty_like(x)
     stream = cupy.cuda.get_current_stream()
@@ -86,6 +93,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200, help="updates per fit run (default 200)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args()
+    import cupy
+
     result = {"device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
               "fit": fit_overhead(args.steps), "allreduce": allreduce_one_rank()}
     fit_r, ar = result["fit"], result["allreduce"]

@@ -14,7 +14,9 @@ Baselines: torch (softmax, native_layer_norm(+backward), cross_entropy(label_smo
 forward+backward, Adam(fused=True), embedding_dense_backward) when torch imports, else CuPy;
 cuBLAS (cupy.matmul) for GEMMs, where "% peak" means % of cuBLAS.
 
-    PYTHONPATH=. python benchmarks/bench_gpu_kernels.py [--json rows.json] [--only softmax]
+    PYTHONPATH=. python benchmarks/bench_gpu_kernels.py [--json rows.json] [--only softmax,layernorm]
+
+Each row is printed as soon as it is measured, the whole table again at the end.
 """
 from __future__ import annotations
 
@@ -90,19 +92,22 @@ class Table:
         row.update(ms=ms, rate=rate, pct_peak=None if not ceiling else 100 * rate / ceiling,
                    vs_baseline=None if baseline is None else baseline / ms)
         self.rows.append(row)
+        print(self.format(row), flush=True)   # a run stopped by its time limit keeps what it measured
         return ms
+
+    @staticmethod
+    def format(r):
+        if r.get("ms") is None:
+            return f"{r['op']} | {r['version']} | {r['dtype']} | FAILED | {r['error'][:80]}"
+        pct = "" if r["pct_peak"] is None else f"{r['pct_peak']:.0f}%"
+        vs = "" if r["vs_baseline"] is None else f"{r['vs_baseline']:.2f}x"
+        return f"{r['op']} | {r['version']} | {r['dtype']} | {r['ms']:.3f} | {r['rate']:.1f} {r['unit']} | {pct} | {vs}"
 
     def print(self):
         print(f"\nDRAM ceiling (device copy): {self.peak_gbps:.0f} GB/s; vs baseline = baseline ms / ms")
         print("op | version | dtype | ms | GB/s or TFLOP/s | % peak | vs baseline")
         for r in self.rows:
-            if r.get("ms") is None:
-                print(f"{r['op']} | {r['version']} | {r['dtype']} | FAILED | {r['error'][:80]}")
-                continue
-            pct = "" if r["pct_peak"] is None else f"{r['pct_peak']:.0f}%"
-            vs = "" if r["vs_baseline"] is None else f"{r['vs_baseline']:.2f}x"
-            print(f"{r['op']} | {r['version']} | {r['dtype']} | {r['ms']:.3f} | {r['rate']:.1f} {r['unit']} "
-                  f"| {pct} | {vs}")
+            print(self.format(r))
 
 
 def launcher(op):
@@ -334,7 +339,9 @@ def bench_matmul(table, rng, size=4096):
 def main(only=""):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", help="also write the rows to this JSON file")
-    parser.add_argument("--only", default=only, help="run only benches whose name contains this")
+    parser.add_argument("--only", default=only,
+                        help="comma-separated: run only benches whose name contains one of these "
+                             "(softmax, layernorm, cross_entropy, adam, embedding_dropout, bf16, matmul)")
     args = parser.parse_args()
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     print(f"device: {props['name'].decode()}, torch: {torch.__version__ if torch else 'not importable'}")
@@ -344,7 +351,7 @@ def main(only=""):
                         ("cross_entropy", bench_cross_entropy), ("adam", bench_adam),
                         ("embedding_dropout", bench_embedding_and_dropout), ("bf16", bench_bf16),
                         ("matmul", bench_matmul)]:
-        if args.only in name:
+        if any(part in name for part in args.only.split(",")):
             start = time.perf_counter()
             bench(table, rng)
             print(f"[{name}: {time.perf_counter() - start:.1f} s]", flush=True)

@@ -32,7 +32,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import minitensor as mt
-from _common import FAST, fails, finish, one_cpu_thread, show
+from _common import FAST, fails, finish, hold_training_path, one_cpu_thread, own_answer, show
 from minitensor import nn, optim
 
 THREADS = one_cpu_thread()
@@ -126,7 +126,8 @@ for name, p in model.named_parameters():
 names = [name for name, _ in model.named_parameters()]
 assert names == ["hidden.weight", "hidden.bias", "out.weight", "out.bias"], names
 assert names == [name for name, _ in mini.named_parameters()], "MiniModule names weights like nn.Module"
-assert model.num_parameters() == 3 * 16 + 16 + 16 * 1 + 1
+assert model.num_parameters() == 3 * 16 + 16 + 16 * 1 + 1, \
+    "two Linear layers: 3·16 + 16 weights and biases in, 16·1 + 1 out"
 model.eval()
 assert not model.drop.training, "eval() must reach every sub-module"
 xe = mt.tensor(rng.standard_normal((5, 3)))
@@ -144,17 +145,19 @@ model.train()
 # values by 1 − p, so that **E[dropout(x)] = x** and evaluation needs no
 # change (`eval()` makes dropout the identity). The mask is drawn once per call
 # and reused by backward: a dropped activation passes no gradient either.
+# Ours takes its uniform draws u as an argument (an element is kept where
+# u ≥ p), so that section 7 can hand it the very draws the library makes.
 
 # %%
-def dropout(x, p, rng):
-    """Inverted dropout on a Tensor: zero with probability p, scale the rest by 1/(1 − p)."""
-    keep = rng.random(x.shape) >= p                                 # each element kept with probability 1 − p
+def dropout(x, p, u):
+    """Inverted dropout on a Tensor, given uniform [0, 1) draws u: zero where u < p, scale the rest by 1/(1 − p)."""
+    keep = u >= p                                                   # each element kept with probability 1 − p
     return x * mt.tensor(keep / (1.0 - p), dtype=x.dtype)
 
 
 n_drop = 200_000
 ones = mt.tensor(np.ones(n_drop, dtype=np.float32), requires_grad=True)
-ours = dropout(ones, 0.1, np.random.default_rng(3)).numpy()
+ours = dropout(ones, 0.1, np.random.default_rng(3).random(n_drop)).numpy()
 library = nn.Dropout(0.1, rng=np.random.default_rng(4))
 lib_out = library(ones)
 lib_out.sum().backward()
@@ -269,6 +272,43 @@ assert np.isclose(schedule(2000), schedule(4000) / 2), "linear warm-up: half the
 assert np.isclose(schedule(16000), schedule(4000) / 2), "after warm-up: 4x the steps, half the rate"
 
 # %% [markdown]
+# ### Which step's rate does Adam apply?
+#
+# Eq. (3) is a function of step_num, and "step 1" must mean the first update:
+# an optimiser that reads the rate before it counts the update applies
+# lrate(t − 1) at update t. Nothing downstream notices (training still
+# works, just a step late), so we measure the rate Adam really applies. With
+# a **constant** gradient g, the moments are m_t = (1 − β₁ᵗ)·g and
+# v_t = (1 − β₂ᵗ)·g², so the bias corrections give m̂ = g and v̂ = g² exactly
+# and update t moves each weight by −lr_t · g/(|g| + ε): the applied rate is
+# the step divided by g/(|g| + ε). We run 4000 updates of the Numba kernels
+# (the path every config trains with) and read it off at updates 1, 2 and 4000.
+
+# %%
+def applied_rates(updates, backend, d_model=512, warmup=4000):
+    """The rate Adam applied at each of `updates`, read off the weights' steps under a constant gradient."""
+    g = np.array([0.5, -2.0, 3e-3])
+    weight = nn.Parameter(np.zeros(3), backend=backend, dtype="float64")
+    constant_adam = optim.Adam([weight], lr=optim.NoamSchedule(d_model, warmup), eps=1e-9)
+    rates = {}
+    for t in range(1, max(updates) + 1):
+        before = weight.numpy().copy()
+        weight.grad = weight.backend.asarray(g)
+        constant_adam.step()
+        if t in updates:
+            rates[t] = (before - weight.numpy()) / (g / (np.abs(g) + 1e-9))    # one rate per weight, all equal
+    return rates
+
+
+measured = applied_rates((1, 2, 4000), "numba")
+print({t: f"{r[0]:.6e}" for t, r in measured.items()}, {t: f"{noam(t):.6e}" for t in measured})
+
+# %% CHECK
+for t, rates in measured.items():
+    mt.assert_close(rates, np.full(3, noam(t)), name=f"the rate Adam applies at update {t} must be Eq. (3) at step {t} "
+                                                     f"(read after counting the update, bias-corrected)")
+
+# %% [markdown]
 # ## 6. Putting it together
 #
 # A small regression fitted with Adam under a (short) Noam schedule: the loss
@@ -296,7 +336,55 @@ print(f"loss {losses[0]:.3f} -> {losses[-1]:.4f} after {n_steps} steps")
 
 # %% CHECK
 assert losses[-1] < 0.2 * losses[0], f"training must reduce the loss (from {losses[0]:.3f} to {losses[-1]:.3f})"
-assert opt.step_count == n_steps
+assert opt.step_count == n_steps, "one optimizer step per update"
+
+# %% [markdown]
+# ## 7. The path that trains
+#
+# Every config trains with the **Numba** backend: `nn.Linear` as one fused
+# `Linear` Function, dropout as a fused `Dropout` Function whose compiled
+# kernel applies the mask, Adam as one compiled `adam_step` over a flat
+# buffer. Sections 1-4 compared our versions with the library on NumPy's
+# reference kernels; a bug in the compiled ones would pass all of that and
+# still train a wrong model. So we hold both paths to our own code in float64:
+# outputs and the gradient of every input through a random cotangent r
+# (chapter 03), `hold_training_path` in `chapters/_common.py`. The library's
+# dropout draws u from a seed (so backward regenerates the mask instead of
+# storing it): `backend.uniform(seed, shape, float32)`, which we hand to ours.
+
+# %%
+x_path, w_path, b_path = rng.standard_normal((5, 3)), rng.standard_normal((3, 4)), rng.standard_normal(4)
+r_linear = rng.standard_normal((5, 4))
+linear_inputs = {"x": x_path, "W": w_path, "b": b_path}
+p_path, seed_path = 0.3, 1234
+u_path = mt.get_backend("numba").uniform(seed_path, (6, 7), np.float32)     # the draws behind seed 1234
+x_drop, r_drop = rng.standard_normal((6, 7)), rng.standard_normal((6, 7))
+steps_grads = [rng.standard_normal((4, 3)) for _ in range(5)]
+
+
+def adam_on(backend):
+    """Five library Adam updates in float64 on `backend`, with the gradients of steps_grads."""
+    weight = nn.Parameter(p0, backend=backend, dtype="float64")
+    library_adam = optim.Adam([weight], lr=0.01)
+    for g_t in steps_grads:
+        weight.grad = weight.backend.asarray(g_t)
+        library_adam.step()
+    return weight.numpy()
+
+
+p_own, m_own, v_own = p0.astype(np.float64), np.zeros((4, 3)), np.zeros((4, 3))
+for t, g_t in enumerate(steps_grads, start=1):
+    p_own, m_own, v_own = adam_numpy(p_own, g_t, m_own, v_own, t, lr=0.01)
+
+# %% CHECK
+hold_training_path("nn.Linear (xW + b)", lambda x, w, b: mt.functions.Linear.apply(x, w, b), linear_inputs,
+                   own_answer(lambda x, w, b: x @ w + b, linear_inputs, r_linear), r_linear)
+hold_training_path("dropout (p = 0.3)", lambda x: mt.functions.Dropout.apply(x, p=p_path, seed=seed_path),
+                   {"x": x_drop}, own_answer(lambda x: dropout(x, p_path, u_path), {"x": x_drop}, r_drop), r_drop,
+                   backends=("numpy", "numba"))            # a GPU draws its own u (tests/kernels hold its kernel)
+for backend in ("numpy", "numba") + (("cupy",) if mt.available("cupy") else ()):
+    mt.assert_close(adam_on(backend), p_own, name=f"Adam, the {backend} adam_step kernel: weights after 5 updates "
+                                                  f"vs the chapter's own (bias-corrected) Adam")
 
 # %% [markdown]
 # ## Summary

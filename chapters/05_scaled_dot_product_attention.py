@@ -32,8 +32,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import minitensor as mt
-from _common import FAST, fails, finish, show
+from _common import FAST, fails, finish, hold_training_path, numba_cuda, own_answer, show
 from transformer.attention import scaled_dot_product_attention
+
+cuda, ON_GPU = numba_cuda()                   # numba.cuda: the GPU or its simulator (section 6), before any import
+from minitensor.kernels.softmax_forward import numba_cuda as softmax_cuda  # noqa: E402
 
 rng = np.random.default_rng(0)
 
@@ -96,7 +99,8 @@ print("output", out_lib.shape, "weights", w_lib.shape)
 mt.assert_close(attention_numpy(q1, k1, v1)[0], out_loop, name="vectorised vs loop")
 mt.assert_close(out_lib, out_np, name="library Eq. (1) vs NumPy")
 mt.assert_close(w_lib, w_np, name="library attention weights vs NumPy")
-assert out_lib.shape == (B, H, Tq, Kv) and w_lib.shape == (B, H, Tq, Tk)
+assert out_lib.shape == (B, H, Tq, Kv) and w_lib.shape == (B, H, Tq, Tk), \
+    "Eq. (1) keeps the batch and head axes: (B, H, Tq, Kv) out, (B, H, Tq, Tk) weights"
 
 # %% [markdown]
 # ## 3. The weights are row-stochastic, and masks make exact zeros
@@ -196,6 +200,46 @@ assert mt.gradcheck(lambda a, b, c: scaled_dot_product_attention(a, b, c, mask=c
     "attention gradients disagree with central differences"
 
 # %% [markdown]
+# ## 6. The path that trains
+#
+# The library computes the softmax of Eq. (1) as one fused `Softmax` Function
+# (scale and mask inside), whose forward and backward are kernels: NumPy
+# references, compiled Numba kernels (what every config trains with), CUDA
+# kernels on a GPU, and a `numba.cuda` kernel that chapter 18 takes apart
+# (here it just has to agree: without a GPU it runs on numba's CUDA simulator,
+# chapter 17). We hold every one of them to a softmax of our own, written with
+# Tensor ops so that autograd gives its gradient: values and gradients in
+# float64, through a random cotangent (chapter 03); then all of Eq. (1), the
+# library's `scaled_dot_product_attention`, on each backend.
+
+# %%
+def softmax_rows(x, scale, mask):
+    """softmax(scale·x) over the last axis as Tensor ops; blocked entries (mask True) get weight 0."""
+    z = x * scale
+    e = (z - z.max(axis=-1, keepdims=True).detach()).exp() * mt.tensor(~mask, dtype=x.dtype)   # the max only shifts
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def attention_ours(q, k, v, mask):
+    """Eq. (1) from our own softmax: softmax(QKᵀ/√d_k) V, masked."""
+    return softmax_rows(q @ k.T, 1 / math.sqrt(q.shape[-1]), mask) @ v
+
+
+path_scores = {"x": rng.standard_normal((2, 3, 5)) * 2}                # 6 rows: the simulator runs 64 threads a row
+path_qkv = {"q": rng.standard_normal((2, 3, 4)), "k": rng.standard_normal((2, 5, 4)),
+            "v": rng.standard_normal((2, 5, 3))}
+r_scores, r_attention = rng.standard_normal((2, 3, 5)), rng.standard_normal((2, 3, 3))
+cuda_path = "the numba.cuda kernel (" + ("GPU" if ON_GPU else "CUDA simulator") + ")"
+
+# %% CHECK
+hold_training_path("softmax(x/2) with a causal mask",
+                   lambda x: mt.functions.Softmax.apply(x, scale=0.5, mask=causal[0]), path_scores, own_answer(lambda x: softmax_rows(x, 0.5, causal[0]), path_scores, r_scores), r_scores,
+                   kernels={cuda_path: lambda x: softmax_cuda.softmax_forward(x, 0.5, causal[0])})
+hold_training_path("Eq. (1), scaled_dot_product_attention",
+                   lambda q, k, v: scaled_dot_product_attention(q, k, v, causal[0])[0], path_qkv, own_answer(lambda q, k, v: attention_ours(q, k, v, causal[0]), path_qkv, r_attention),
+                   r_attention)
+
+# %% [markdown]
 # ## Summary
 # - Eq. (1): scores QKᵀ/√d_k, a softmax per query row, a weighted average of the values.
 # - The weights are row-stochastic; masking puts −∞ before the softmax and gives exact zeros.
@@ -221,8 +265,8 @@ def check_attention(attention) -> None:
     got_out, got_w = attention(qc, kc, vc, mask)
     out_ref, w_ref = scaled_dot_product_attention(*(mt.tensor(a, dtype="float64") for a in (qc, kc, vc)),
                                                   mask=mask)
-    mt.assert_close(np.asarray(got_w, dtype=np.float64), w_ref, name="attention weights", atol=1e-9)
-    mt.assert_close(np.asarray(got_out, dtype=np.float64), out_ref, name="attention output", atol=1e-9)
+    mt.assert_close(np.asarray(got_w, dtype=np.float64), w_ref, name="attention weights")
+    mt.assert_close(np.asarray(got_out, dtype=np.float64), out_ref, name="attention output")
 
 
 def check_attention_backward(attention_backward) -> None:
@@ -234,7 +278,7 @@ def check_attention_backward(attention_backward) -> None:
     out, _ = scaled_dot_product_attention(*leaves)
     (out * dout).sum().backward()
     for name, got, leaf in zip(("dq", "dk", "dv"), attention_backward(*arrays, dout), leaves):
-        mt.assert_close(np.asarray(got), leaf.grad, name=name, atol=1e-9)
+        mt.assert_close(np.asarray(got), leaf.grad, name=name)
 
 
 # %% CHECK the checks: a wrong answer must fail them

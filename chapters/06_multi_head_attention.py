@@ -38,7 +38,7 @@ import math
 import numpy as np
 
 import minitensor as mt
-from _common import fails, finish
+from _common import fails, finish, hold_training_path, own_answer
 from transformer.attention import MultiHeadAttention
 
 rng = np.random.default_rng(0)
@@ -175,19 +175,46 @@ assert len(set(costs.values())) == 1, "§3.2.2: total cost independent of h when
 #     S = QKᵀ, W = softmax(S/√d_k), D = Dropout(W), O = DV
 #     dD = dO Vᵀ, dV = Dᵀ dO, dW = Dropout(dD), dS = softmax'(W, dW), dQ = dS K, dK = dSᵀ Q
 #
-# It must agree with the op-by-op version (chapter 05's function between
-# `split_heads` and `merge_heads`), values and gradients, and with finite differences.
+# It must agree with finite differences, and with the op-by-op version
+# written out below with Tensor ops: the head split as a reshape and a
+# transpose, Eq. (1) per head, dropout on the weights (the attention dropout
+# that `attention_dropout` turns on), the merge. This is the code that trains:
+# every config runs it on the Numba kernels, so we hold it there (and on the
+# NumPy references) to ours, values and gradients in float64, with a padding
+# mask and dropout on. Its dropout draws u from a seed, `backend.uniform(seed,
+# shape, float32)` (chapter 04), and ours takes the same u.
 
 # %%
-from transformer.attention import merge_heads, scaled_dot_product_attention, split_heads
 from transformer.fused import Attention
 
+
+def multi_head_ours(q, k, v, heads, mask, p, u):
+    """(B, T, H·K) Tensors -> (B, Tq, H·K): split, Eq. (1) per head with dropout on the weights (draws u), merge."""
+    def split(a):                                                   # (B, T, H·K) -> (B, H, T, K)
+        return a.reshape(a.shape[0], a.shape[1], heads, a.shape[2] // heads).transpose(1, 2)
+
+    qh, kh, vh = split(q), split(k), split(v)
+    weights = (qh @ kh.T).softmax(-1, scale=1 / math.sqrt(qh.shape[-1]), mask=mask)   # (B, H, Tq, Tk)
+    dropped = weights * mt.tensor((u >= p) / (1 - p), dtype=weights.dtype)            # chapter 04's dropout
+    out = dropped @ vh                                                                 # (B, H, Tq, K)
+    return out.transpose(1, 2).reshape(q.shape[0], q.shape[1], heads * vh.shape[-1])  # Concat(heads)
+
+
 q64, k64, v64 = (mt.tensor(rng.standard_normal((1, 3, H * 2)), requires_grad=True, dtype="float64") for _ in range(3))
-fused, _ = Attention.apply(q64, k64, v64, heads=H)
-step_by_step = merge_heads(scaled_dot_product_attention(split_heads(q64, H), split_heads(k64, H), split_heads(v64, H))[0])
+p_attn, seed_attn, Tk_path = 0.2, 77, 6
+padding = np.zeros((B, 1, 1, Tk_path), dtype=bool)
+padding[0, ..., 4:] = True                                          # sentence 0 has 2 padding keys
+u_attn = mt.get_backend("numba").uniform(seed_attn, (B, H, T, Tk_path), np.float32)
+path_inputs = {"q": rng.standard_normal((B, T, D)), "k": rng.standard_normal((B, Tk_path, D)),
+               "v": rng.standard_normal((B, Tk_path, D))}
+r_path = rng.standard_normal((B, T, D))
 
 # %% CHECK
-mt.assert_close(fused, step_by_step.numpy(), name="fused vs op-by-op attention")
+hold_training_path(f"multi-head attention (fused Attention, padding mask, dropout p = {p_attn})",
+                   lambda q, k, v: Attention.apply(q, k, v, heads=H, mask=padding, p=p_attn, seed=seed_attn)[0],
+                   path_inputs, own_answer(lambda q, k, v: multi_head_ours(q, k, v, H, padding, p_attn, u_attn),
+                                           path_inputs, r_path), r_path,
+                   backends=("numpy", "numba"))             # a GPU draws its own u (tests/kernels hold its kernels)
 assert mt.gradcheck(lambda a, b, c: Attention.apply(a, b, c, heads=H)[0], q64, k64, v64), \
     "the hand-written attention backward disagrees with central differences"
 
@@ -226,7 +253,7 @@ def check_mhsa(multi_head_self_attention) -> None:
     w = {name: t.numpy().astype(np.float64) for name, t in m.named_parameters()}
     assert all(np.all(w[f"{n}.bias"] == 0) for n in ("w_q", "w_k", "w_v", "w_o")), "biases start at zero"
     got = multi_head_self_attention(xc, w["w_q.weight"], w["w_k.weight"], w["w_v.weight"], w["w_o.weight"], hc)
-    mt.assert_close(np.asarray(got), ref, name="multi-head self-attention", atol=1e-9)
+    mt.assert_close(np.asarray(got), ref, name="multi-head self-attention")
 
 
 # %% CHECK the checks: a wrong answer must fail them

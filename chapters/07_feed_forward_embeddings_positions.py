@@ -36,7 +36,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import minitensor as mt
-from _common import fails, finish, show
+from _common import fails, finish, hold_training_path, own_answer, show
 from transformer.embedding import Embeddings
 from transformer.feed_forward import PositionwiseFeedForward
 from transformer.positional import PositionalEncoding, sinusoid_table
@@ -179,11 +179,58 @@ k_off = 9
 M = rotation_for_offset(k_off, d_model)
 
 # %% CHECK
-mt.assert_close(pe[:-k_off] @ M.T, pe[k_off:], name=f"PE(pos+{k_off}) = M PE(pos) for every pos", atol=1e-9)
+mt.assert_close(pe[:-k_off] @ M.T, pe[k_off:], name=f"PE(pos+{k_off}) = M PE(pos) for every pos")
 dots = pe @ pe.T
 assert np.allclose(dots[10, 13], dots[50, 53]) and np.allclose(dots[10, 13], dots[13, 10]), \
     "PE(p)·PE(q) depends only on |p − q|"
 mt.assert_close((pe ** 2).sum(axis=1), np.full(max_len, d_model / 2), name="‖PE(pos)‖² = d_model/2")
+
+# %% [markdown]
+# ## 4. The path that trains
+#
+# Every config trains on the Numba backend, where the embedding's backward is a
+# compiled scatter-add kernel (`embedding_backward`: each id's row of the
+# gradient adds up every position that looked it up) and the FFN's two layers
+# are fused `Linear` Functions. We hold the library's modules, their weights
+# swapped for our float64 leaves, to our own versions: a lookup written as a
+# one-hot matrix product (so autograd's gradient of E is the one-hot's
+# transpose times the upstream gradient, repeated ids summed), the tied logits
+# x Eᵀ, and Eq. (2) from Tensor ops. Values and gradients, on the NumPy
+# reference kernels and the Numba kernels (and CUDA's on a GPU).
+
+# %%
+ids_path = rng.integers(0, V, size=(B, T))
+ids_path[1, :3] = ids_path[0, 0]                                    # repeated ids: their gradients must add up
+one_hot = np.eye(V)[ids_path]                                       # (B, T, V)
+embed_inputs = {"E": E.astype(np.float64)}
+logits_inputs = {"E": E.astype(np.float64), "x": rng.standard_normal((B, T, D))}
+ffn_inputs = {"x": rng.standard_normal((B, T, D)), "W1": rng.standard_normal((D, F)), "b1": rng.standard_normal(F),
+              "W2": rng.standard_normal((F, D)), "b2": rng.standard_normal(D)}
+r_embed, r_logits = rng.standard_normal((B, T, D)), rng.standard_normal((B, T, V))
+
+
+def library_embeddings(E_leaf):
+    """The library's tied Embeddings with our leaf as its table (it lives on the leaf's backend)."""
+    module = Embeddings(vocab_size=V, d_model=D, tie=True, rng=np.random.default_rng(0))
+    module.shared.weight = E_leaf
+    return module
+
+
+def library_ffn(x, w1, b1, w2, b2):
+    module = PositionwiseFeedForward(d_model=D, d_ff=F, rng=np.random.default_rng(0))
+    module.w_1.weight, module.w_1.bias, module.w_2.weight, module.w_2.bias = w1, b1, w2, b2
+    return module(x)
+
+
+# %% CHECK
+hold_training_path("the tied source embedding E[ids]·√d_model", lambda E_: library_embeddings(E_).source(ids_path),
+                   embed_inputs,
+                   own_answer(lambda E_: mt.tensor(one_hot, dtype="float64") @ E_ * np.sqrt(D), embed_inputs, r_embed),
+                   r_embed)
+hold_training_path("the tied logits x Eᵀ", lambda E_, h: library_embeddings(E_).logits(h), logits_inputs,
+                   own_answer(lambda E_, h: h @ E_.T, logits_inputs, r_logits), r_logits)
+hold_training_path("the FFN, Eq. (2)", library_ffn, ffn_inputs,
+                   own_answer(lambda x_, w1, b1, w2, b2: (x_ @ w1 + b1).relu() @ w2 + b2, ffn_inputs, r_embed), r_embed)
 
 # %% [markdown]
 # ## Summary

@@ -35,7 +35,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import minitensor as mt
-from _common import FAST, fails, finish, one_cpu_thread, show
+from _common import FAST, fails, finish, hold_training_path, numba_cuda, one_cpu_thread, own_answer, show
 from minitensor import Function, nn
 from transformer import TransformerConfig
 from transformer import layers as library
@@ -43,6 +43,8 @@ from transformer.attention import MultiHeadAttention
 from transformer.feed_forward import PositionwiseFeedForward
 
 THREADS = one_cpu_thread()
+cuda, ON_GPU = numba_cuda()                   # numba.cuda: the GPU or its simulator (section 7), before any import
+from minitensor.kernels.layernorm_forward import numba_cuda as layernorm_cuda  # noqa: E402
 rng = np.random.default_rng(0)
 
 # %% [markdown]
@@ -420,6 +422,55 @@ for stack in (ours_stack.eval(), lib_stack.eval()):
 lib_grads = dict(lib_stack.named_parameters())
 for name, p in ours_stack.named_parameters():
     mt.assert_close(p.grad, lib_grads[name].grad, name=f"gradient of {name}", atol=1e-4, rtol=1e-4)
+
+# %% [markdown]
+# ## 7. The path that trains
+#
+# Every config trains with `impl = "fused"` on the Numba backend. There
+# LayerNorm is one Function with compiled forward and backward kernels, and the
+# post-norm connection runs as **one** Function, `DropoutAddLayerNorm`:
+# dropout, the residual add and LayerNorm in a single op each way, its backward
+# written by hand. Sections 1-6 held the op-by-op library (`impl="composed"`)
+# to our code; a slip in the fused op (say `x + LayerNorm(Dropout(s))`) would
+# pass all of them and still train every real run wrong. So we hold the fused
+# path to our `LayerNormFunction` and our `SublayerConnection`, values and
+# gradients in float64, dropout on (the same seed, so the same mask): on the
+# NumPy reference kernels, the Numba kernels, and the `numba.cuda` LayerNorm
+# kernel that chapter 18 takes apart (on the CUDA simulator without a GPU).
+
+# %%
+fused_config = config.replace(impl="fused", p_drop=0.3)
+ln_inputs = {"x": x[:, :2] * 2.0, "gamma": gamma, "beta": beta}      # 4 rows: the simulator runs 64 threads a row
+connection_inputs = {"x": rng.standard_normal((B, 3, D)) * 3, "w": rng.standard_normal((D, D)) / 4,
+                     "gamma": gamma, "beta": beta}
+r_ln, r_connection = rng.standard_normal((B, 2, D)), rng.standard_normal((B, 3, D))
+
+
+def with_norm(connection, gamma_, beta_):
+    """`connection` (fresh: dropout draws from its own rng) with our leaves as its LayerNorm's γ and β."""
+    connection.norm.gamma, connection.norm.beta = gamma_, beta_
+    return connection
+
+
+def connection_ours(x_, w, gamma_, beta_):
+    return with_norm(SublayerConnection(fused_config, np.random.default_rng(9)), gamma_, beta_)(
+        x_, lambda y: (y @ w, None))[0]
+
+
+def connection_library(x_, w, gamma_, beta_):
+    return with_norm(library.SublayerConnection(fused_config, np.random.default_rng(9)), gamma_, beta_)(
+        x_, lambda y: (y @ w, None))[0]
+
+
+cuda_path = "the numba.cuda kernel (" + ("GPU" if ON_GPU else "CUDA simulator") + ")"
+
+# %% CHECK
+hold_training_path("LayerNorm", lambda x_, g, b: mt.functions.LayerNorm.apply(x_, g, b, eps=1e-6), ln_inputs,
+                   own_answer(lambda x_, g, b: LayerNormFunction.apply(x_, g, b, eps=1e-6), ln_inputs, r_ln), r_ln,
+                   kernels={cuda_path: lambda x_, g, b: layernorm_cuda.layernorm_forward(x_, g, b, 1e-6)[0]})
+hold_training_path("the post-norm sub-layer connection (fused DropoutAddLayerNorm, p_drop = 0.3)", connection_library,
+                   connection_inputs, own_answer(connection_ours, connection_inputs, r_connection), r_connection,
+                   backends=("numpy", "numba"))            # a GPU draws its own dropout mask (tests/kernels hold it)
 
 # %% [markdown]
 # ## Summary

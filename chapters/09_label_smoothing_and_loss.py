@@ -30,7 +30,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import minitensor as mt
-from _common import fails, finish, show
+from _common import fails, finish, hold_training_path, show
 from transformer.loss import LabelSmoothingLoss, closed_form_smoothed_loss
 
 rng = np.random.default_rng(0)
@@ -109,7 +109,7 @@ p = np.exp(log_softmax(logits))
 expected_grad = (p - q_check.reshape(B, T, V)) * real.reshape(B, T, 1) / real.sum()
 
 # %% CHECK
-mt.assert_close(leaf.grad, expected_grad, name="d loss / d logits = (softmax − q)/n_tokens", atol=1e-9)
+mt.assert_close(leaf.grad, expected_grad, name="d loss / d logits = (softmax − q)/n_tokens")
 assert np.all(leaf.grad[targets == PAD] == 0), "padding positions get no gradient"
 
 # %% [markdown]
@@ -154,6 +154,26 @@ print(f"ε=0.1: best margin {margins[curves[0.1].argmin()]:.2f} (closed form {be
 assert np.all(np.diff(curves[0.0]) < 0), "without smoothing the loss falls forever as the margin grows"
 assert abs(margins[curves[0.1].argmin()] - best_margin) <= margins[1] - margins[0], "optimum at p = q"
 assert abs(curves[0.1].min() - entropy_q) < 1e-3, "the minimum smoothed loss is H(q), not 0"
+
+# %% [markdown]
+# ## 4. The path that trains
+#
+# Every config trains with `impl = "fused"`: the loss is one `CrossEntropy`
+# Function whose kernel computes the closed form of section 2, the NLL and the
+# gradient softmax − q in one pass over each row (compiled with Numba on the
+# CPU, a CUDA kernel on a GPU). Never building q, it must still put nothing on
+# padding, neither in the loss nor in the gradient. We hold it to our dense q
+# of section 1, with a random cotangent r on the loss (the gradient is then
+# r·(softmax − q)/n_tokens, section 2), on every backend.
+
+# %%
+r_loss = rng.standard_normal(())
+dense_answer = {"output": np.float64(dense), "logits": r_loss * expected_grad}
+
+# %% CHECK
+hold_training_path("label-smoothed cross-entropy with padding (fused CrossEntropy)",
+                   lambda z: LabelSmoothingLoss(eps_ls=eps, pad_id=PAD, impl="fused")(z, targets).loss,
+                   {"logits": logits}, dense_answer, r_loss)
 
 # %% [markdown]
 # ## Summary

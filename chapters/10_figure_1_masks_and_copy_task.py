@@ -72,7 +72,8 @@ src_example = np.array([[7, 8, 9, PAD], [7, 8, 9, 10]])
 print(causal_mask_np(4)[0, 0].astype(int))
 
 # %% CHECK
-assert padding_mask_np(src_example, PAD)[0, 0, 0].tolist() == [False, False, False, True]
+assert padding_mask_np(src_example, PAD)[0, 0, 0].tolist() == [False, False, False, True], \
+    "the padding mask blocks exactly the PAD keys"
 assert np.array_equal(padding_mask(src_example, PAD), padding_mask_np(src_example, PAD)), "library padding mask"
 for T_ in (1, 4, 9):
     assert np.array_equal(subsequent_mask(T_), causal_mask_np(T_)), f"library causal mask, T = {T_}"
@@ -123,8 +124,32 @@ src = check_rng.integers(4, V, size=(3, 6))
 tgt_in = np.concatenate([np.full((3, 1), BOS), check_rng.integers(4, V, size=(3, 5))], axis=1)
 
 # %% CHECK
-assert sorted(n for n, _ in ours.named_parameters()) == sorted(n for n, _ in library_model.named_parameters())
+assert sorted(n for n, _ in ours.named_parameters()) == sorted(n for n, _ in library_model.named_parameters()), \
+    "Seq2Seq names its weights as transformer.Transformer does"
 mt.assert_close(ours(src, tgt_in), library_model(src, tgt_in), name="Figure 1 from parts vs Transformer", atol=1e-5)
+
+# %% [markdown]
+# Chapters 04-09 held every piece's fast path to its own version. Assembled,
+# the model every config trains is `impl = "fused"` on the Numba backend; in
+# float64 it must give our `Seq2Seq`'s logits, and the gradient of every
+# weight through a random cotangent.
+
+# %%
+trained_model = Transformer(config.replace(impl="fused"), np.random.default_rng(0), backend="numba", precision="fp64")
+ours64 = Seq2Seq(config, np.random.default_rng(1)).to(dtype=np.float64)
+ours64.load_state_dict(trained_model.state_dict())
+r_logits = check_rng.standard_normal((3, 6, V))
+logits_ours, logits_trained = ours64(src, tgt_in), trained_model(src, tgt_in)
+(logits_ours * r_logits).sum().backward()
+(logits_trained * r_logits).sum().backward()
+
+# %% CHECK
+trained_grads = dict(trained_model.named_parameters())
+mt.assert_close(logits_trained, logits_ours.numpy(),
+                name="Figure 1, the fused model on the Numba kernels: logits vs ours")
+for name, p in ours64.named_parameters():
+    mt.assert_close(trained_grads[name].grad, p.grad,
+                    name=f"Figure 1, the fused model on the Numba kernels: gradient of {name} vs ours")
 
 # %% [markdown]
 # ## 3. Testing the masks through the whole model

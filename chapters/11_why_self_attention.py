@@ -92,7 +92,8 @@ x = rng.standard_normal((10, d))
 conv_out, _ = convolution(x, W_conv)
 
 # %% CHECK
-assert self_attention(x)[0].shape == recurrent(x, W, U)[0].shape == conv_out.shape == (10, d)
+assert self_attention(x)[0].shape == recurrent(x, W, U)[0].shape == conv_out.shape == (10, d), \
+    "all three layers map (n, d) to (n, d)"
 assert np.allclose(conv_out[4], sum(x[3 + j] @ W_conv[j] for j in range(k))), "position 4 mixes positions 3, 4, 5"
 
 # %% [markdown]

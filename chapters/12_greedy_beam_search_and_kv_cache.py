@@ -133,7 +133,8 @@ print("greedy:", greedy_out, f"log P {sequence_log_prob(trap, greedy_out):.3f}",
 # %% CHECK
 assert greedy_out[0] == 4, "greedy takes the locally best first token"
 assert beam_out == [5], "beam search keeps the second-best prefix alive and finds the better output"
-assert sequence_log_prob(trap, beam_out) > sequence_log_prob(trap, greedy_out)
+assert sequence_log_prob(trap, beam_out) > sequence_log_prob(trap, greedy_out), \
+    "beam search must find a more probable output than greedy on the trap"
 
 # %% [markdown]
 # ## 3. Beam search from scratch
@@ -218,7 +219,9 @@ mean_length = {a: float(np.mean(v)) for a, v in mean_length.items()}
 print("mean length of the best output by α:", mean_length)
 
 # %% CHECK
-assert np.isclose(length_penalty(1, 0.6), 1.0) and np.isclose(length_penalty(10, 0.6), (15 / 6) ** 0.6)
+assert np.isclose(length_penalty(1, 0.6), 1.0) and np.isclose(length_penalty(10, 0.6), (15 / 6) ** 0.6), \
+    f"length_penalty must be GNMT's ((5 + |Y|)/6)^α: got lp(1) = {length_penalty(1, 0.6):.4f} (expected 1), " \
+    f"lp(10) = {length_penalty(10, 0.6):.4f} (expected {(15 / 6) ** 0.6:.4f})"
 values = [mean_length[a] for a in alphas]
 assert all(b >= a for a, b in zip(values, values[1:])) and values[-1] > values[0], \
     f"a larger α must favour longer outputs: {mean_length}"

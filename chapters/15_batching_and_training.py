@@ -63,7 +63,8 @@ for en, de in task["train"][:4]:
 # %% CHECK
 train_en = {en for en, _ in task["train"]}
 assert not train_en & {en for en, _ in task["test"]}, "no test sentence may appear in training"
-assert len(task["train"]) == n_train and len(task["test"]) == 200
+assert len(task["train"]) == n_train and len(task["test"]) == 200, \
+    "the number task has the asked-for train size and 200 test pairs"
 
 # %% [markdown]
 # ## 2. One shared subword vocabulary
@@ -81,7 +82,7 @@ example = task["train"][0][1]
 print(tokenizer.pieces(example))
 
 # %% CHECK
-assert (PAD_ID, BOS_ID, EOS_ID) == (0, 2, 3)
+assert (PAD_ID, BOS_ID, EOS_ID) == (0, 2, 3), "the special ids are pad 0, bos 2, eos 3"
 assert tokenizer.decode(tokenizer.encode(example)) == example, "encode/decode must round-trip"
 assert tokenizer.encode("dreihunderteinundzwanzig rote Äpfel")[0] != 1, "German pieces are in the shared vocabulary"
 
@@ -240,7 +241,8 @@ for name, weights in maps.items():
 for layer in range(config.N):
     self_w = maps[f"decoder.layers.{layer}.self_attn"][0]
     assert np.all(np.triu(self_w, k=1) == 0), "decoder self-attention puts no weight on later positions"
-    assert maps[f"decoder.layers.{layer}.cross_attn"].shape == (1, config.h, len(tgt_labels), len(src_labels))
+    assert maps[f"decoder.layers.{layer}.cross_attn"].shape == (1, config.h, len(tgt_labels), len(src_labels)), \
+        "cross-attention maps are (1, h, target length, source length)"
 
 # %% [markdown]
 # ## 6. Does it translate?

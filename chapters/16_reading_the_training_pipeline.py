@@ -35,10 +35,12 @@ import json
 import os
 
 import numpy as np
+import safetensors
+import safetensors.numpy
 from safetensors.numpy import load_file
 
 import minitensor as mt
-from _common import OUT, fails, finish, one_cpu_thread
+from _common import OUT, calls_to, fails, finish, one_cpu_thread
 from minitensor.optim import Adam, NoamSchedule, clip_grad_norm
 from train.config import RunConfig
 from train.data.batching import pad_batch
@@ -113,7 +115,7 @@ assert stats.tgt_tokens == int((whole[2] != PAD).sum()), "train_step counts the 
 assert gap_right < 1e-12, f"weighted accumulation must give the one batch's gradient, off by {gap_right:.1e}"
 b_weights = model_b.state_dict()
 for name, array in model_a.state_dict().items():
-    mt.assert_close(array, b_weights[name], name=f"{name} after the update", atol=1e-9)
+    mt.assert_close(array, b_weights[name], name=f"{name} after the update")
 assert gap_slip > 1e-4, "averaging the micro-batch means weights the short sentences' tokens too much"
 
 # %% [markdown]
@@ -298,8 +300,9 @@ assert not all(np.array_equal(a, straight_weights[n]) for n, a in forgot_rng.mod
 #    batch that is read, the dropout masks, the weights? (Answer key: `PREDICT` in
 #    `chapters/solutions/16_reading_the_training_pipeline.py`.)
 # 2. Write `write_safetensors(path, tensors)`: a minimal writer of the format in section 3 (no metadata,
-#    float32/float64/int64 arrays) that `load_checkpoint` and the reference reader accept.
-#    `check_write_safetensors(fn)` round-trips arrays through it.
+#    float32/float64/int64 arrays) that `load_checkpoint` and the reference reader accept, writing the bytes
+#    yourself. `check_write_safetensors(fn)` round-trips arrays through it and counts calls of the package's
+#    writers and of `save_checkpoint`: there must be none.
 # 3. Clipping each micro-batch's gradient before accumulating them is not the same as clipping their sum.
 #    Write `clipping_counterexample()` returning `(g1, g2, c)` (two 1-d gradients and a bound) for which the
 #    two give updates pointing in **different directions** (cosine < 0.9). `check_clipping_counterexample(fn)`
@@ -311,7 +314,11 @@ def check_write_safetensors(write_safetensors) -> None:
     arrays = {"a.weight": rng.standard_normal((2, 3)).astype(np.float32), "b": np.arange(5, dtype=np.int64),
               "c": rng.standard_normal(7)}
     target = ckpt_dir / "exercise.safetensors"
-    write_safetensors(target, arrays)
+    writers = (safetensors.numpy.save, safetensors.numpy.save_file, safetensors.serialize, safetensors.serialize_file,
+               save_checkpoint, checkpointing.save)
+    with calls_to(*writers) as calls:
+        write_safetensors(target, arrays)
+    assert not calls, f"write the header and the bytes yourself; the answer called {dict(calls)}"
     loaded, _ = load_checkpoint(target)
     for name, array in arrays.items():
         assert loaded[name].dtype == array.dtype and np.array_equal(loaded[name], array), f"{name} round-trip"
@@ -348,6 +355,8 @@ def _write_unpadded(target, tensors):                              # forgets the
 
 
 assert fails(check_write_safetensors, _write_unpadded), "check_write_safetensors accepted an unaligned header"
+assert fails(check_write_safetensors, lambda target, tensors: safetensors.numpy.save_file(tensors, str(target))), \
+    "check_write_safetensors accepted the package's own writer"
 assert fails(check_clipping_counterexample, lambda: ([3.0, 0.0], [1.0, 0.0], 1.0)), "accepted parallel gradients"
 
 # %%

@@ -381,13 +381,30 @@ else:
 #    `mma`. `check_c_owner(fn)` tests every cell.
 
 # %%
+class DeviceOnly(np.ndarray):
+    """An input the exercise must hand to its kernel: a product of it on the host (x @ y, np.dot) is refused."""
+
+    HOST_PRODUCTS = {np.matmul, np.dot, np.einsum, np.inner, np.tensordot, np.vdot, np.outer, np.linalg.multi_dot}
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if ufunc in self.HOST_PRODUCTS:
+            raise AssertionError("the product was computed on the host (x @ y): launch the tiled kernel instead")
+        plain = [np.asarray(a) if isinstance(a, DeviceOnly) else a for a in inputs]
+        return getattr(ufunc, method)(*plain, **kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        if func in self.HOST_PRODUCTS:
+            raise AssertionError(f"the product was computed on the host (np.{func.__name__}): launch the tiled kernel")
+        return super().__array_function__(func, types, args, kwargs)
+
+
 def check_any_size(matmul_any_size) -> None:
-    """Exercise 2: shapes that leave partial tiles in every direction."""
+    """Exercise 2: shapes that leave partial tiles in every direction, computed by a kernel, not on the host."""
     check_rng = np.random.default_rng(17)
     for (m, k, n), tile in (((5, 7, 3), 4), ((9, 4, 10), 4), ((3, 11, 6), 8)):
         x = check_rng.standard_normal((m, k)).astype(np.float32)
         y = check_rng.standard_normal((k, n)).astype(np.float32)
-        got = np.asarray(matmul_any_size(x, y, tile))
+        got = np.asarray(matmul_any_size(x.view(DeviceOnly), y.view(DeviceOnly), tile))
         mt.assert_close(got, matmul_forward_ref(x, y), name=f"({m}, {k}) @ ({k}, {n}) with tile {tile}")
 
 
@@ -406,6 +423,8 @@ def _drops_the_last_partial_tile(x, y, tile):                 # loops over whole
 
 
 assert fails(check_any_size, _drops_the_last_partial_tile), "check_any_size accepted a product missing k's tail"
+assert fails(check_any_size, lambda x, y, tile: x @ y), "check_any_size accepted the product computed on the host"
+assert fails(check_any_size, lambda x, y, tile: np.dot(x, y)), "check_any_size accepted np.dot on the host"
 assert fails(check_c_owner, lambda row, col: (4 * (row & 7) + col // 2, (col & 1) + 2 * (row >> 3) + 1)), \
     "check_c_owner accepted a wrong element index"
 

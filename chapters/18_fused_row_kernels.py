@@ -44,7 +44,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import minitensor as mt
-from _common import FAST, fails, finish, numba_cuda, show
+from _common import FAST, OnePass, fails, finish, numba_cuda, show
 from minitensor.backends.counting import CountingBackend
 from minitensor.functions.composed import layer_norm_composed, softmax_composed
 from minitensor.kernels.layernorm_forward.reference import layernorm_forward_ref
@@ -459,7 +459,7 @@ else:
 #    (Chan et al. 1979). `check_welford_merge(fn)` merges random splits and compares with NumPy.
 # 3. Write `online_logsumexp(row)`: log Σ e^{z_i} in **one** pass over the row (what a cross-entropy kernel
 #    needs), right for huge scores, for −∞ entries (masked), and −∞ for a row with nothing else.
-#    `check_online_logsumexp(fn)` tests those cases.
+#    `check_online_logsumexp(fn)` tests those cases on rows you can iterate over only once (`OnePass`).
 
 # %%
 def check_welford_merge(welford_merge) -> None:
@@ -476,14 +476,18 @@ def check_welford_merge(welford_merge) -> None:
 
 
 def check_online_logsumexp(online_logsumexp) -> None:
-    """Exercise 3: ordinary, huge, partly masked and fully masked rows."""
+    """Exercise 3: ordinary, huge, partly masked and fully masked rows, each handed over as a row that can be
+    read once, front to back (`OnePass`): a max pass then a sum pass is refused, as a kernel would pay for it."""
     check_rng = np.random.default_rng(19)
     ordinary = check_rng.standard_normal(30)
     for name, row, expected in (("ordinary", ordinary, np.logaddexp.reduce(ordinary)),
                                 ("huge", np.array([1e4, 1e4 - 1.0, -5.0]), 1e4 + math.log1p(math.exp(-1.0))),
                                 ("masked", np.array([-np.inf, 0.0, -np.inf, 0.0]), math.log(2.0)),
                                 ("all masked", np.full(5, -np.inf), -np.inf)):
-        got = float(online_logsumexp(row))
+        once = OnePass(row)
+        got = float(online_logsumexp(once))
+        assert once.passes == 1 and once.reads == len(row), \
+            f"{name}: read {once.reads} of {len(row)} entries in {once.passes} passes; one pass reads each once"
         assert got == expected or abs(got - expected) < 1e-9 * max(1.0, abs(expected)), \
             f"{name}: {got} vs {expected}"
 
@@ -494,8 +498,15 @@ def _merge_without_the_cross_term(a, b):                        # adds the M2s, 
     return n, (a[0] * a[1] + b[0] * b[1]) / n, a[2] + b[2]
 
 
+def _two_passes(row):                                           # the max first, then the sum: right, but two reads
+    m = max(row)
+    return m + math.log(sum(math.exp(z - m) for z in row)) if m > -math.inf else -math.inf
+
+
 with np.errstate(over="ignore", divide="ignore"):
-    assert fails(check_online_logsumexp, lambda row: np.log(np.exp(row).sum())), "accepted an overflowing logsumexp"
+    assert fails(check_online_logsumexp, lambda row: np.log(np.exp(np.fromiter(row, float)).sum())), \
+        "accepted an overflowing logsumexp"
+assert fails(check_online_logsumexp, _two_passes), "check_online_logsumexp accepted a max pass then a sum pass"
 assert fails(check_welford_merge, _merge_without_the_cross_term), "check_welford_merge accepted M2a + M2b"
 
 # %%

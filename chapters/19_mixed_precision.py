@@ -129,8 +129,9 @@ for name, dtype in (("fp16", np.float16), ("fp32", np.float32)):
     assert LIMITS[name] == {"max": float(info.max), "min normal": float(info.smallest_normal),
                             "min subnormal": float(info.smallest_subnormal), "eps": float(info.eps)}, name
 finite_bf16 = bf16_by_hand[np.isfinite(bf16_by_hand)]
-assert LIMITS["bf16"]["max"] == finite_bf16.max()
-assert LIMITS["bf16"]["min subnormal"] == finite_bf16[finite_bf16 > 0].min()
+assert LIMITS["bf16"]["max"] == finite_bf16.max(), "bf16's largest finite number read off the layout"
+assert LIMITS["bf16"]["min subnormal"] == finite_bf16[finite_bf16 > 0].min(), \
+    "bf16's smallest subnormal read off the layout"
 assert LIMITS["bf16"]["min normal"] == LIMITS["fp32"]["min normal"], "bf16 has fp32's exponent, so fp32's range"
 
 # %% [markdown]
@@ -300,7 +301,8 @@ assert w16 == 1.0 and bf16_to_float32(wbf) == 1.0, "in 16 bits the weight never 
 assert abs(w32 - 0.9) < 1e-4, "in fp32 the updates add up"
 assert np.float16(1e-9) == 0, "Adam's ε underflows in fp16"
 assert all(prm.dtype == np.float32 for _, prm in half_model.named_parameters()), "masters are float32"
-assert half_adam.flat.dtype == np.float32 and half_adam.half.dtype == np.float16
+assert half_adam.flat.dtype == np.float32 and half_adam.half.dtype == np.float16, \
+    "Adam keeps float32 masters and writes float16 copies"
 np.testing.assert_array_equal(half_adam.half, half_adam.flat.astype(np.float16), err_msg="half copy = masters rounded")
 
 # %% [markdown]
@@ -337,7 +339,8 @@ assert not trace[0][1] and trace[0][2] and trace[0][0] == 2.0 ** 23, "an overflo
 assert all(unchanged == (not stepped) for _, stepped, unchanged in trace), "the weights move only on good steps"
 first_good = next(i for i, (_, stepped, _) in enumerate(trace) if stepped)
 assert trace[first_good + 3][0] == 2 * trace[first_good][0], "growth_interval good steps in a row double s"
-assert scaler.skipped_steps == first_good >= 1
+assert scaler.skipped_steps == first_good >= 1, \
+    "every overflowing step before the first good one was counted as skipped"
 
 # %% [markdown]
 # ## 7. A run where fp16 without scaling fails, and with it works
@@ -353,21 +356,25 @@ assert scaler.skipped_steps == first_good >= 1
 steps = 30 if FAST else 120
 
 
-def run(precision, scaled, c=C_PAPER):
-    """Per-token losses of `steps` updates (Adam, lr 3e-3) of a fresh model;
-    the fraction of zero gradients at the end."""
-    net = Transformer(config, np.random.default_rng(0), precision=precision)
-    adam = Adam(list(net.named_parameters()), lr=3e-3, half_dtype=net.compute_dtype)
+def shrunk(c):
+    """The label-smoothed loss times c (section 4's paper-sized stand-in), as train_step calls a loss."""
     base = LabelSmoothingLoss(config.eps_ls, config.pad_id)
 
     def shrunk_loss(logits_, target):
         result = base(logits_, target)
         result.loss = result.loss * c
         return result
+    return shrunk_loss
 
-    data, scale, losses = np.random.default_rng(1), DynamicLossScaler() if scaled else None, []
+
+def run(precision, scaled, c=C_PAPER):
+    """Per-token losses of `steps` updates (Adam, lr 3e-3) of a fresh model;
+    the fraction of zero gradients at the end."""
+    net = Transformer(config, np.random.default_rng(0), precision=precision)
+    adam = Adam(list(net.named_parameters()), lr=3e-3, half_dtype=net.compute_dtype)
+    data, scale, losses, loss_fn_c = np.random.default_rng(1), DynamicLossScaler() if scaled else None, [], shrunk(c)
     for _ in range(steps):
-        st = train_step(net, [reverse_batch(data)], adam, shrunk_loss, scale)
+        st = train_step(net, [reverse_batch(data)], adam, loss_fn_c, scale)
         losses.append(float(st.loss_sum) / st.tgt_tokens / c)
     return np.array(losses), float((adam.gather_grads() == 0).mean())
 
@@ -394,6 +401,76 @@ assert drop["fp16, no scaling"] < 0.25 * drop["fp32"], "fp16 without scaling mus
 for name in ("fp32, c = 1", "fp16, dynamic scaling", "bf16, no scaling"):  # the curves part in the noise: compare ends
     assert abs(final[name] - final["fp32"]) < 0.05 * drop["fp32"], \
         f"{name} must train like fp32: final loss {final[name]:.3f} vs {final['fp32']:.3f}"
+
+# %% [markdown]
+# ## 8. Where a scaler bug shows: the gradient Adam is handed
+#
+# The curves above cannot catch a broken scaler. Adam divides each update by
+# the gradient's own running size (m̂/√v̂), so multiplying every gradient by a
+# constant changes almost nothing: the "fp32, c = 1" run showed it for c, and a
+# scaler that **never divides by s** would hand Adam s × the gradient and still
+# "train like fp32". Gradient clipping (chapter 16) is not scale-free: it
+# compares the norm with a fixed bound, so the order of the step matters:
+#
+#     unscale (÷ s, in fp32) → check (inf/NaN: skip, lower s) → clip (at the true norm) → Adam step
+#
+# Clipping before unscaling compares s·‖g‖ with the bound and shrinks a gradient
+# that did not need it; stepping before the check writes inf into the weights.
+# So we look where it matters: an Adam that records the flat gradient each
+# `step()` is handed. One batch, the same weights, the paper-sized loss of
+# section 7: fp16 with the scaler must hand Adam fp32's gradient (to fp16's
+# precision) and report fp32's norm; with clipping at half that norm it must
+# hand over a gradient of exactly the bound in fp32's direction; and an
+# overflowing step must hand Adam nothing at all.
+
+# %%
+class RecordingAdam(Adam):
+    """Adam that keeps a copy of every flat gradient its step() is handed."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.seen = []
+
+    def step(self):
+        self.seen.append(self.gather_grads().copy())
+        super().step()
+
+
+def handed_to_adam(precision, clip_norm=0.0, init_scale=2.0 ** 16):
+    """(gradients Adam was handed, StepStats) for one update of a fresh model on one batch, the loss × C_PAPER."""
+    net = Transformer(config, np.random.default_rng(0), precision=precision)
+    adam = RecordingAdam(list(net.named_parameters()), lr=1e-3, half_dtype=net.compute_dtype)
+    scaler = DynamicLossScaler(init_scale=init_scale) if precision == "fp16" else None
+    with np.errstate(over="ignore", invalid="ignore"):
+        st = train_step(net, [reverse_batch(np.random.default_rng(11))], adam, shrunk(C_PAPER), scaler,
+                        clip_norm=clip_norm, measure_grad_norm=True)
+    return adam.seen, st
+
+
+(g32,), st32 = handed_to_adam("fp32")
+(g16,), st16 = handed_to_adam("fp16")
+bound = 0.5 * float(st32.grad_norm)
+(clipped,), st_clip = handed_to_adam("fp16", clip_norm=bound)
+clipped_norm = float(st32.grad_norm) * bound / (float(st32.grad_norm) + 1e-6)   # chapter 16: × bound/(‖g‖ + 10⁻⁶)
+overflow_seen, st_overflow = handed_to_adam("fp16", init_scale=2.0 ** 60)       # logit gradients ~1e9: inf in fp16
+relative = float(np.linalg.norm(g16 - g32) / np.linalg.norm(g32))
+cosine = float(clipped @ g32 / (np.linalg.norm(clipped) * np.linalg.norm(g32)))
+print(f"‖g‖: fp32 {float(st32.grad_norm):.3e}, fp16 scaled and unscaled {float(st16.grad_norm):.3e}; "
+      f"‖g16 − g32‖/‖g32‖ = {relative:.1e}; clipped at {bound:.3e} (→ {clipped_norm:.3e}): "
+      f"Adam got ‖g‖ = {np.linalg.norm(clipped):.3e} "
+      f"(cosine with fp32's {cosine:.4f}); an overflowing step handed Adam {len(overflow_seen)} gradients")
+
+# %% CHECK
+assert relative < 0.02, f"Adam must be handed the unscaled gradient, fp32's to fp16's precision: " \
+                        f"off by {relative:.2e} " \
+                        f"(a ratio of {np.linalg.norm(g16) / np.linalg.norm(g32):.3g}: is the ÷ s missing?)"
+assert abs(float(st16.grad_norm) / float(st32.grad_norm) - 1) < 0.02, \
+    f"the norm train_step reports (and clips by) must be fp32's: {float(st16.grad_norm):.3e} " \
+    f"vs {float(st32.grad_norm):.3e}"
+assert abs(np.linalg.norm(clipped) / clipped_norm - 1) < 0.02 and cosine > 0.99, \
+    f"unscale, then clip: Adam must get fp32's gradient clipped to {clipped_norm:.3e}, got norm " \
+    f"{np.linalg.norm(clipped):.3e} (clipped before unscaling?)"
+assert not overflow_seen and not st_overflow.stepped, "check before step: an overflowing step must not reach Adam"
 
 # %% [markdown]
 # Why bf16 needs no scaler: underflow is a matter of **range**, and bf16 has

@@ -94,8 +94,9 @@ def phrase_labels(node):
 for tree in gold:
     assert "-NONE-" not in tree.tags(), "empty elements are removed"
     assert not any(re.search("[-=]", label) for label in phrase_labels(tree)), "function tags are stripped"
-    assert all(not node.is_preterminal or node.word for node in tree.preterminals())
-assert example.words() == [w for w, t in zip(example_raw.words(), example_raw.tags()) if t != "-NONE-"]
+    assert all(not node.is_preterminal or node.word for node in tree.preterminals()), "every preterminal keeps its word"
+assert example.words() == [w for w, t in zip(example_raw.words(), example_raw.tags()) if t != "-NONE-"], \
+    "cleaning drops exactly the -NONE- leaves"
 assert "(S (VP (VBD began)" in str(example), "the S whose subject was a trace keeps only its VP"
 
 # %% [markdown]
@@ -139,7 +140,8 @@ for tree in gold:
     assert linearise_ours(tree) == trees.linearise(tree), f"ours differs from the library on {tree}"
 for tree, (back, repaired) in zip(gold, round_trips):
     assert str(back) == str(tree) and not repaired, f"delinearise(linearise(t)) must be t: {tree}"
-assert tokens.count("(NP") == tokens.count(")NP") and [t for t in tokens if t[0] not in "()"] == example.words()
+assert tokens.count("(NP") == tokens.count(")NP") and [t for t in tokens if t[0] not in "()"] == example.words(), \
+    "linearisation keeps the brackets balanced and the words in order"
 assert (lengths[:, 1] > lengths[:, 0]).all(), "the output is longer than the input (§6.3)"
 
 # %% [markdown]
@@ -269,7 +271,8 @@ else:
 if HAVE_EVALB_SAMPLE:
     assert sample_report.rows[5].row() == line_6, "train.parsing.evalb prints sample.rsl's line for sentence 6"
     assert matched(gld[5], tst[5]) == 2 and len(brackets(tst[5])[0]) == 3, "by hand: 2 of the 3 test brackets"
-    assert (round(sample_report.all.recall, 2), round(sample_report.all.precision, 2)) == (87.76, 90.53)
+    assert (round(sample_report.all.recall, 2), round(sample_report.all.precision, 2)) == (87.76, 90.53), \
+        "EVALB's sample.rsl: recall 87.76, precision 90.53"
 
 # %% [markdown]
 # ## 5. The sample-treebank model against the right-branching baseline
@@ -298,7 +301,8 @@ print("outputs repaired:", repaired_counts)
 
 # %% CHECK
 assert systems["gold outputs"].all.f1 == 100.0 and repaired_counts["gold outputs"] == 0, "the path loses nothing"
-assert repaired_counts["10% dropped"] > len(gold) / 2 and systems["10% dropped"].all.f1 < 100.0
+assert repaired_counts["10% dropped"] > len(gold) / 2 and systems["10% dropped"].all.f1 < 100.0, \
+    "repair restores most trees, and a damaged parse cannot score 100"
 if HAVE_TREEBANK:
     assert 15 < report.all.f1 < 25, f"right-branching on the sample's test split: F1 {report.all.f1:.2f}"
 
@@ -390,7 +394,7 @@ def check_well_formed(well_formed) -> None:
             expected = not trees.delinearise(sequence, tree.words(), tree.tags())[1]
             assert well_formed(sequence, len(tree.words())) == expected, f"{expected} expected for {sequence}"
             cases += 1
-    assert cases >= 8
+    assert cases >= 8, f"the check must try at least 8 token sequences, tried {cases}"
 
 
 # %% CHECK the checks: a wrong answer must fail them

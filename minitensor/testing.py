@@ -14,6 +14,19 @@ from .kernels.bf16_cast.reference import bf16_to_float32
 # dtype -> (atol, rtol). float32 kernels must match the float64 reference to
 # 1e-5 relative; float16 only to its ~3 significant digits, bfloat16 (uint16 bits, see
 # minitensor/dtypes.py; compared as the numbers they hold) to its ~2.4.
+#
+# The float64 row is derived, not tuned. Two float64 computations of one formula in different orders
+# (a fused kernel against op-by-op code, Numba against NumPy, a chapter's own code against the library)
+# differ by rounding alone. With unit roundoff u = 2⁻⁵³ ≈ 1.1e-16, a sum of n terms computed in any order is
+# within γ_n·Σ|terms| of the exact sum, γ_n = n·u/(1 − n·u) ≈ n·u (Higham, "Accuracy and Stability of
+# Numerical Algorithms", chapter 4), so two orders differ by at most 2·n·u·Σ|terms|. Through k dependent
+# steps whose condition numbers are at most κ, relative errors grow to about 2·n·u·k·κ.
+#   rtol = 1e-8 ≥ 2·n·u·k·κ ≈ 9e-9 for n ≤ 4096 terms per sum, k ≤ 100 steps (a small Transformer's forward
+#          and backward, or a few optimizer updates) and κ ≤ 100: everything the tests and chapters compare;
+#   atol = 1e-10 ≥ 2·n·u·Σ|terms| ≈ 9e-11 for entries whose exact value is 0 or nearly (a cancelling sum,
+#          the gradient of a weight the output hardly depends on), where the error is absolute: Σ|terms| ≤ 100.
+# A comparison outside those sizes derives its own bound where it is made (e.g. Adam, which divides a
+# near-zero gradient's roundoff by ε: tests/transformer/test_composed_vs_fused.py, roundoff_drift_bound).
 TOLERANCES = {
     np.dtype(np.float64): (1e-10, 1e-8),
     np.dtype(np.float32): (1e-6, 1e-5),
@@ -76,6 +89,11 @@ def gradcheck(fn, *inputs, eps: float = 1e-6, atol: float = 1e-7, rtol: float = 
     backward that returns e.g. zeros for softmax cannot pass by accident
     (Σ softmax is constant, so checking out.sum() would hide it). Every element
     of every input with requires_grad=True is perturbed by ±eps.
+
+    The tolerances follow from the central difference's two errors in float64 (u = 2⁻⁵³): truncation
+    eps²·|F‴|/6 and the rounding of the two evaluations of F = Σ out⊙r, about u·|F|/eps. With eps = 1e-6,
+    atol = 1e-7 ≥ u·|F|/eps ≈ 1.1e-10·|F| for |F| ≤ 10³, and rtol = 1e-6 ≥ eps²·|F‴|/(6·|F′|) while the
+    third derivative stays below 6·10⁶ times the first: the small, smooth inputs gradchecked here.
     """
     for t in inputs:
         if t.requires_grad and t.dtype != np.float64:

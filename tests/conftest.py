@@ -15,8 +15,10 @@ settings.register_profile("minitensor", deadline=None, max_examples=25, derandom
                           suppress_health_check=[HealthCheck.function_scoped_fixture])
 settings.load_profile("minitensor")
 
+# The cupy runs are also marked gpu, so `pytest -m gpu` (benchmarks/gpu_lease.sh) selects every GPU test.
 BACKENDS = [
-    pytest.param(name, marks=pytest.mark.skipif(not mt.available(name), reason=f"backend {name} not available"),
+    pytest.param(name, marks=[pytest.mark.skipif(not mt.available(name), reason=f"backend {name} not available"),
+                              *([pytest.mark.gpu] if name == "cupy" else [])],
                  id=name)
     for name in ("numpy", "numba", "cupy")
 ]

@@ -45,11 +45,11 @@ INTRODUCED = {
     "CheckpointError": 16,
     "matmul_forward_ref": 17, "cupy_launch": 17,
     "CountingBackend": 18, "softmax_composed": 18, "layer_norm_composed": 18, "softmax_forward_ref": 18,
-    "layernorm_forward_ref": 18, "numba_cuda": 18,
+    "layernorm_forward_ref": 18, "numba_cuda": 5,
     "BF16": 19, "bf16_to_float32": 19, "float_to_bf16": 19, "DynamicLossScaler": 19,
     "scale": 20, "shard": 20, "mpiexec_path": 20,
     "config": 21, "prepare_data": 21, "prepared_key": 21, "PREPARED_FORMAT": 21, "TOKENIZER_SAMPLE_SEED": 21,
-    "train_flops": 21, "shared_data_dir": 21, "split_compounds": 21,
+    "train_flops": 21, "shared_data_dir": 21, "split_compounds": 21, "scale_report": 21,
     "trees": 22, "treebank": 22, "evalb": 22, "scoring": 22, "fit": 22, "translate_lines": 22,
     "ablate": 23, "ablate_grid": 23, "ablate_report": 23,
 }
@@ -106,7 +106,8 @@ def test_chapter_runs_as_a_notebook_with_its_figures(chapter):
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[p.stem for p in CHAPTERS])
 def test_chapter_structure(chapter):
-    """STYLE.md §7: percent cells, a paper quote, CHECK cells, Summary (≤3 bullets), 2-4 Exercises with a predict."""
+    """STYLE.md §7: percent cells, a paper quote, CHECK cells whose asserts all carry a message, Summary (≤3 bullets),
+    2-4 Exercises with a predict."""
     text = chapter.read_text(encoding="utf-8")
     assert "# %% [markdown]" in text and "\n# %%\n" in text, "jupytext percent format"
     assert "§" in text, "quote the paper with § anchors"
@@ -119,6 +120,8 @@ def test_chapter_structure(chapter):
     items = re.findall(r"^# \d+\. ", exercises, flags=re.M)
     assert 2 <= len(items) <= 4, f"Exercises needs 2-4 items, has {len(items)}"
     assert "Predict, then run" in exercises, "one exercise is 'predict, then run'"
+    bare = [node.lineno for node in ast.walk(ast.parse(text)) if isinstance(node, ast.Assert) and node.msg is None]
+    assert not bare, f"asserts without a message (say what must hold) at lines {bare}"
     checks = set(re.findall(r"^def (check_\w+)\(", text, flags=re.M))
     solution = ROOT / "chapters" / "solutions" / chapter.name
     assert checks, "a chapter defines check_<name> functions for its code exercises"

@@ -17,6 +17,29 @@ def test_noam_matches_closed_form():
     assert max(noam(s) for s in range(1, 20000, 7)) <= noam(4000)
 
 
+def test_adam_applies_the_eq3_rate_of_the_update_it_makes(backend):
+    """Update t uses lrate(t) of §5.3 Eq. (3), not lrate(t - 1): the rate is read after the update is counted.
+
+    With a constant gradient g the moments are m_t = (1 - β₁ᵗ) g and v_t = (1 - β₂ᵗ) g², so the bias
+    corrections give m̂ = g, v̂ = g² and update t moves each weight by exactly lr_t · g / (|g| + ε): the
+    applied rate is readable from the weights. (At update 1, lrate(0) = lrate(1), since step_num starts at 1;
+    updates 2 and 4000, the peak, tell the two apart.)
+    """
+    g = np.array([0.5, -2.0, 3e-3])
+    p = nn.Parameter(np.zeros(3), backend=backend, dtype="float64")
+    schedule = optim.NoamSchedule(d_model=512, warmup=4000)
+    opt = optim.Adam([p], lr=schedule, betas=(0.9, 0.98), eps=1e-9)
+    applied = {}
+    for t in range(1, 4001):
+        before = p.numpy().copy()
+        p.grad = p.backend.asarray(g)
+        opt.step()
+        if t in (1, 2, 4000):
+            applied[t] = (before - p.numpy()) / (g / (np.abs(g) + 1e-9))
+    for t, rates in applied.items():
+        mt.assert_close(rates, np.full(3, schedule(t)), name=f"rate applied at update {t} vs Eq. (3) at step {t}")
+
+
 def adam_numpy(p, grads, lr, b1, b2, eps):
     m = v = 0
     for t, g in enumerate(grads, 1):

@@ -119,15 +119,20 @@ def broken_code_refs(markdown: str, where: str, root: Path) -> list[str]:
     return problems
 
 
+GAP = "…"                 # a sentence-list line standing for paper sentences that are not listed
+_UNLISTED = "\x00"        # what a gap becomes in the joined text: no quotation can match across it
+
+
 def load_sentences(path: Path = SENTENCES) -> dict[str, str]:
-    """{section: its listed sentences joined by single spaces, in order}."""
+    """{section: its listed sentences joined by single spaces, in order; a gap line "§x | …" joins as a break}."""
     sections: dict[str, list[str]] = {}
     for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip() or line.startswith("#"):
             continue
         match = re.fullmatch(r"§(\d+(?:\.\d+)*) \| (.+)", line)
         assert match, f"{path.name}:{lineno}: expected '§section | sentence', got {line!r}"
-        sections.setdefault(match.group(1), []).append(match.group(2).strip())
+        sentence = match.group(2).strip()
+        sections.setdefault(match.group(1), []).append(_UNLISTED if sentence == GAP else sentence)
     return {section: " ".join(sentences) for section, sentences in sections.items()}
 
 
@@ -139,7 +144,7 @@ def quotations(text: str) -> list[tuple[int, str, list[str]]]:
     """(line, quoted text, cited sections) for every quotation in a chapter's comment lines.
 
     Blockquotes: consecutive `# >` lines, ending in an attribution "(§x ...)" that names the sections.
-    Inline: "quoted words" (§x ...), or §x: "quoted words" / (§x, "quoted words").
+    Inline: "quoted words" (§x ...), "quoted words" of §x, or §x: "quoted words" / (§x, "quoted words").
     """
     found, lines = [], text.splitlines()
     i = 0
@@ -158,7 +163,8 @@ def quotations(text: str) -> list[tuple[int, str, list[str]]]:
     prose = [(n, line[2:]) for n, line in enumerate(lines, start=1) if line.startswith("# ") and not line.startswith("# >")]
     joined = " ".join(line for _, line in prose)
     starts = list(itertools.accumulate([0] + [len(line) + 1 for _, line in prose]))
-    for pattern in (r'"([^"]{12,}?)"\s*\(§(\d+(?:\.\d+)*)', r'§(\d+(?:\.\d+)*)[,:]\s*"([^"]{12,}?)"'):
+    for pattern in (r'"([^"]{12,}?)"\s*\(§(\d+(?:\.\d+)*)', r'"([^"]{6,}?)"\s+(?:of|in|from)\s+§(\d+(?:\.\d+)*)',
+                    r'§(\d+(?:\.\d+)*)[,:]\s*"([^"]{12,}?)"'):
         for match in re.finditer(pattern, joined):
             words, section = match.groups() if pattern.startswith('"') else match.groups()[::-1]
             lineno = prose[bisect.bisect_right(starts, match.start()) - 1][0]
@@ -273,6 +279,21 @@ def test_quote_checker_catches_altered_and_misattributed_quotes():
         "x.py:3: not the paper's words under §3.1: 'We apply dropout to the output of each sub-layer'"]
     unattributed = "# > The encoder is composed of a stack of N = 6 identical layers.\n"
     assert "without an attribution" in misquotes(unattributed, "x.py", sentences)[0]
+    short = '# the "learns to be more unsure" of §5.4\n'
+    assert misquotes(short, "x.py", sentences) and quotations(short)[0][2] == ["5.4"]
+
+
+def test_quote_checker_rejects_a_quotation_across_unlisted_sentences(tmp_path):
+    """Issue 30: a quotation that drops a sentence of the paper must say so with "...", even where the list
+    skips that sentence: the list marks the gap ("§x | …") and nothing matches across it."""
+    listed = tmp_path / "sentences.txt"
+    listed.write_text("§5.2 | We trained the base models for a total of 100,000 steps or 12 hours.\n§5.2 | …\n"
+                      "§5.2 | The big models were trained for 300,000 steps (3.5 days).\n", encoding="utf-8")
+    sentences = load_sentences(listed)
+    bridged = ("# > We trained the base models for a total of 100,000 steps or 12 hours. The big models were\n"
+               "# > trained for 300,000 steps (3.5 days). (§5.2)\n")
+    assert misquotes(bridged, "x.py", sentences), "a quotation across a gap must fail"
+    assert misquotes(bridged.replace("12 hours. The", "12 hours. ... The"), "x.py", sentences) == []
 
 
 def test_code_ref_checker_catches_missing_files_and_symbols(tmp_path):

@@ -310,17 +310,14 @@ def test_read_only_run_dir_is_a_clear_error(tmp_path):
 
 
 class _DiskFullFile:
-    """A file whose data writes fail with ENOSPC halfway through (the header gets out)."""
+    """A file whose first write stops halfway with ENOSPC (part of the checkpoint reaches the disk)."""
 
     def __init__(self, file):
-        self.file, self.writes = file, 0
+        self.file = file
 
     def write(self, data):
-        self.writes += 1
-        if self.writes > 2:
-            self.file.write(bytes(data)[: len(data) // 2])
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return self.file.write(data)
+        self.file.write(bytes(data)[: len(data) // 2])  # half of it reaches the disk, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
 
     def __getattr__(self, name):
         return getattr(self.file, name)
@@ -431,7 +428,7 @@ def test_truncated_checkpoint_is_one_line_error_and_skipped_on_resume(tiny_run, 
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.sampled_from(["train.max_tokens", "train.accum", "train.max_steps", "train.ckpt_every",
+@given(st.sampled_from(["train.max_tokens", "train.collective_timeout_s", "train.max_steps", "train.ckpt_every",
                         "train.keep_last", "decode.beam", "decode.max_tokens", "model.d_model"]),
        st.integers(max_value=0))
 def test_non_positive_sizes_are_input_errors(key, value):

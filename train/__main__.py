@@ -227,8 +227,10 @@ def build_parser() -> argparse.ArgumentParser:
     ablate.add_argument("--no-progress", action="store_true", help="no progress bars")
     _add_debug(ablate)
     scale = commands.add_parser("scale", help="project the step time and efficiency on 1-8 GPUs (data parallel)",
-                                description="Measure the single-device step and the all-reduce bandwidth here, "
-                                            "then project data-parallel training on 1-8 devices (train/experiments/scale.py).")
+                                description="Measure the single-device step and the all-reduce here, then project "
+                                            "data-parallel training on 1-8 devices (train/experiments/scale.py: "
+                                            "straggler, latency per bucket, measured overlap) and check the model "
+                                            "against NVIDIA's published 1-8 A100 run.")
     scale.add_argument("--backend", default="cpu", help="cpu (Numba), numpy or cuda (default cpu)")
     scale.add_argument("--preset", choices=["cpu", "base"], default=None,
                        help="the model whose step is measured (default: base with --backend cuda, cpu otherwise)")
@@ -236,12 +238,16 @@ def build_parser() -> argparse.ArgumentParser:
                        help="use this single-device step time instead of measuring it (e.g. from `bench`)")
     scale.add_argument("--batch", type=int, default=None, help="sentences per batch (default: the preset's)")
     scale.add_argument("--link", action="append", default=[], metavar="NAME|GBPS",
-                       help="nvlink4, pcie5 or a bus bandwidth in GB/s (repeatable; default: measured + both presets)")
+                       help="nvlink3, nvlink4, pcie5 or a bus bandwidth in GB/s (repeatable; default: measured + the presets)")
     scale.add_argument("--bucket-mb", type=float, default=25.0, help="all-reduce bucket size (default 25; 0 = no overlap)")
-    scale.add_argument("--accum", type=int, default=1, help="micro-batches per update (default 1)")
+    scale.add_argument("--accum", type=int, default=1, help="micro-batches per device and update (default 1)")
+    scale.add_argument("--overlap", type=float, default=0.0, metavar="FRACTION",
+                       help="the part of the all-reduce hidden behind backward on the preset or given links, as "
+                            "--allreduce-only measured it on that node (default 0: not measured, none assumed)")
     scale.add_argument("--steps", type=int, default=3, help="timed steps when measuring (default 3)")
     scale.add_argument("--allreduce-only", action="store_true",
-                       help="under mpiexec -n K: measure the all-reduce bandwidth between the K ranks and stop")
+                       help="under mpiexec -n K: measure the all-reduce between the K ranks (bus bandwidth, latency, "
+                            "overlap with compute) and stop")
     scale.add_argument("--json", action="store_true", help="print one JSON object")
     _add_debug(scale)
     return parser

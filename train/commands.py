@@ -33,12 +33,14 @@ def fit(args) -> int:
 
     overrides = (list(args.set) + ([f"train.backend={args.backend}"] if args.backend else [])
                  + ([f"train.patience={args.patience}"] if args.patience is not None else []))
-    run_config = config_lib.load(args.config, overrides)
-    run_dir = args.run_dir if args.run_dir is not None else Path("runs") / run_config.name
-    comm = communicators.from_launcher(run_config.train.backend)  # under mpiexec: one rank per device
+    host = communicators.host_from_launcher()  # MPI first: a rank that fails before MPI_Init hangs the others in it
     exit_codes = {InputError: 2, CheckpointError: 2, DivergedError: 3, LossScaleOverflowError: 3, KeyboardInterrupt: 130}
     try:
-        with communicators.abort_on_error(comm, exit_codes):  # many ranks: a failure anywhere ends the job
+        with communicators.abort_on_error(host, exit_codes):  # many ranks: a failure anywhere ends the job
+            run_config = config_lib.load(args.config, overrides)
+            run_dir = args.run_dir if args.run_dir is not None else Path("runs") / run_config.name
+            train = run_config.train        # under mpiexec: one rank per device; NCCL set-up fails here too
+            comm = communicators.for_backend(host, train.backend, train.collective_timeout_s)
             result = run_fit(run_config, run_dir, force=args.force, reset_optimizer=args.reset_optimizer,
                              progress=not args.no_progress, data_dir=args.data_dir, comm=comm,
                              tensorboard=args.tensorboard)
@@ -293,19 +295,23 @@ def export(args) -> int:
 
 def scale(args) -> int:
     """Project data-parallel training on 1-8 devices from a measured step and all-reduce (train/experiments/scale.py)."""
-    from train.experiments import scale as scale_lib
+    from train.experiments import scale as scale_model
+    from train.experiments import scale_report
 
     if args.allreduce_only:
-        scale_lib.allreduce_only(args.backend, args.json)
+        scale_report.allreduce_only(args.backend, args.json)
         return 0
     for link in args.link:
-        if link not in scale_lib.LINKS and not _is_positive_number(link):
-            raise InputError(f"--link must be one of {', '.join(scale_lib.LINKS)} or a bus bandwidth in GB/s, got {link!r}")
+        if link not in scale_model.LINKS and not _is_positive_number(link):
+            raise InputError(f"--link must be one of {', '.join(scale_model.LINKS)} or a bus bandwidth in GB/s, "
+                             f"got {link!r}")
     if args.accum < 1 or args.bucket_mb < 0 or (args.step_ms is not None and args.step_ms <= 0):
         raise InputError("--accum must be at least 1, --bucket-mb 0 or more and --step-ms positive")
+    if not 0 <= args.overlap <= 1:
+        raise InputError(f"--overlap is a fraction of the all-reduce, between 0 and 1; got {args.overlap}")
     preset = args.preset or ("base" if args.backend in ("cuda", "cupy", "gpu") else "cpu")
-    scale_lib.run(preset, args.backend, args.step_ms, args.batch, args.link, args.bucket_mb, args.accum,
-                  args.steps, args.json)
+    scale_report.run(preset, args.backend, args.step_ms, args.batch, args.link, args.bucket_mb, args.accum,
+                     args.steps, args.json, overlap=args.overlap)
     return 0
 
 

@@ -84,8 +84,8 @@ class TokenizerConfig:
 class TrainConfig:
     """Batching (§5.1), optimizer and schedule (§5.3), and the run's bookkeeping."""
 
-    max_tokens: int = 4096  # padded tokens per side per batch (§5.1: ~25000 per step)
-    accum: int = 1  # batches per optimizer step; max_tokens * accum ~ tokens per step
+    max_tokens: int = 4096  # padded tokens per side of one micro-batch: what one device holds
+    tokens_per_update: int = 0  # padded tokens per side per update, over all ranks (§5.1: ~25000); 0 = max_tokens
     max_steps: int = 100_000  # §5.2 base: 100k steps
     warmup_steps: int = 4000  # §5.3
     lr_factor: float = 1.0  # scales Eq. (3); 1.0 in the paper
@@ -109,6 +109,7 @@ class TrainConfig:
     patience: int = 0  # stop after this many validations without a better validation BLEU (0 = never)
     bucket_mb: float = 25.0  # many GPUs: all-reduce gradients in buckets of this many MB during backward (0 = after it)
     check_replicas: bool = False  # many GPUs, debug: check that every rank holds the same weights after the first update
+    collective_timeout_s: float = 600.0  # many GPUs: end the job when a rank has not joined a collective for this long
 
     def __post_init__(self):
         _choice("train.backend", self.backend, BACKENDS)
@@ -117,7 +118,10 @@ class TrainConfig:
         _choice("train.precision", self.precision, PRECISIONS)
         if self.threads < 0:
             raise InputError(f"train.threads must be 0 (library default) or positive, got {self.threads}")
-        for name in ("max_tokens", "accum", "max_steps", "warmup_steps", "log_every",
+        if self.tokens_per_update < 0:
+            raise InputError(f"train.tokens_per_update must be 0 (= train.max_tokens) or positive, "
+                             f"got {self.tokens_per_update}")
+        for name in ("max_tokens", "max_steps", "collective_timeout_s", "warmup_steps", "log_every",
                      "ckpt_every", "keep_last", "keep_last_full", "average_last", "valid_beam"):
             _positive(f"train.{name}", getattr(self, name))
         if self.average_last > self.keep_last:
@@ -170,8 +174,7 @@ RESUMABLE_KEYS = frozenset({
     "name", "train.max_steps", "train.log_every", "train.valid_every", "train.valid_bleu_sentences",
     "train.valid_beam", "train.ckpt_every", "train.ckpt_minutes", "train.keep_last",
     "train.average_last", "train.backend", "train.threads", "model.impl", "train.keep_last_full",
-    "train.patience", "train.bucket_mb", "train.check_replicas",
-    "train.accum",  # with another number of ranks, keep ranks x accum (the batches per update) the same
+    "train.patience", "train.bucket_mb", "train.check_replicas", "train.collective_timeout_s",
 }) | {f"decode.{f.name}" for f in dataclasses.fields(DecodeConfig)}
 
 

@@ -179,6 +179,16 @@ def _legacy_header_ok(path: Path) -> bool:
     return stored is None or stored == hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
+def content_digest(path: str | Path) -> str:
+    """sha256 of the file's header: every tensor's name, shape, offsets and (in the metadata) sha256.
+
+    Read from the header alone, so cheap for any size; two files with the same digest hold the
+    same bytes as far as load_checkpoint(verify=True) can tell.
+    """
+    header = _raw_header(Path(path))
+    return hashlib.sha256(json.dumps(header, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
+
+
 def _raw_header(path: Path) -> dict:
     """The JSON header as it lies in the file (for messages and old files); CheckpointError if malformed."""
     size = path.stat().st_size

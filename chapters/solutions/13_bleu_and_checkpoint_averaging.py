@@ -1,4 +1,4 @@
-"""Solutions to chapter 13's exercises (checked by `check_bleu_stats`, `check_average`)."""
+"""Solutions to chapter 13's exercises (checked by `check_bleu_stats`, `check_running_average`)."""
 from collections import Counter
 
 import numpy as np
@@ -15,10 +15,17 @@ def bleu_stats(hyp_tokens, ref_tokens, max_n=4):
     return matches, totals
 
 
-def average_state_dicts(states):
-    """§6.1 checkpoint averaging: element-wise mean per name, summed in float64, cast back to each dtype."""
-    return {name: (sum(s[name].astype(np.float64) for s in states) / len(states)).astype(states[0][name].dtype)
-            for name in states[0]}
+def running_average(checkpoints):
+    """§6.1 checkpoint averaging one checkpoint at a time: mean_k = mean_{k-1} + (x_k − mean_{k-1}) / k in float64,
+    so memory holds the running mean and the checkpoint being read, whatever the number averaged."""
+    mean, dtypes, k = {}, {}, 0
+    for state in checkpoints:
+        k += 1
+        for name, array in state.items():
+            if name not in mean:
+                mean[name], dtypes[name] = np.zeros(array.shape), array.dtype
+            mean[name] += (array.astype(np.float64) - mean[name]) / k
+    return {name: value.astype(dtypes[name]) for name, value in mean.items()}
 
 
 PREDICT = """Exercise 1. Hypothesis = the first 9 words of the 10-word reference. Every n-gram of the hypothesis

@@ -1,29 +1,20 @@
 """Solutions to chapter 20's exercise (checked by `check_recursive_doubling`) and the answer key PREDICT."""
-import numpy as np
 
 
-def recursive_doubling_all_reduce(arrays):
-    """log2 n steps; in step k worker w exchanges its whole (partial) sum with worker w XOR 2^k and both add.
+def recursive_doubling_all_reduce(net):
+    """log2 n rounds; in round k worker w exchanges its whole (partial) sum with worker w XOR 2^k and both add.
 
-    After step k every worker holds the sum over the 2^(k+1) workers that agree with it outside
-    the lowest k+1 bits, so after log2 n steps it holds the sum over all of them. Every message is
+    After round k every worker holds the sum over the 2^(k+1) workers that agree with it outside
+    the lowest k+1 bits, so after log2 n rounds it holds the sum over all of them. Every message is
     the whole array: log2 n × the array per worker, against the ring's 2(n − 1)/n × it, but only
     log2 n latencies instead of 2(n − 1). Libraries pick by size: this for small messages, the ring
     (or a tree) for the large ones (gradients).
     """
-    n = len(arrays)
-    held = [np.array(a, dtype=np.float64) for a in arrays]
-    sent = [0] * n
-    steps = 0
+    n = len(net.held)
     distance = 1
     while distance < n:
-        messages = [held[w].copy() for w in range(n)]               # everyone sends at once
-        for w in range(n):
-            held[w] = held[w] + messages[w ^ distance]
-            sent[w] += messages[w].nbytes
+        net.step([(w, w ^ distance, slice(None)) for w in range(n)], add=True)   # everyone sends at once
         distance *= 2
-        steps += 1
-    return held, sent, steps
 
 
 PREDICT = """Exercise 1. 213M parameters in fp32 are ~855 MB of gradient (train.experiments.scale.parameter_count gives

@@ -1,13 +1,31 @@
-"""Solutions to chapter 21's exercises (checked by `check_ids_bytes`, `check_split_compounds`) and the answer
-key PREDICT."""
+"""Solutions to chapter 21's exercises (checked by `check_validate_prepared`, `check_split_compounds`) and the
+answer key PREDICT."""
 import re
+from pathlib import Path
+
+import numpy as np
 
 
-def ids_bytes(n_tokens, n_pairs, vocab_size):
-    """uint16 ids (2 bytes) while every id fits in 0..65535, else int32 (4 bytes); each side's offsets array
-    is int64 with one entry more than there are sentences (sentence i is ids[offsets[i]:offsets[i + 1]])."""
-    token_bytes = 2 if vocab_size <= 1 << 16 else 4
-    return token_bytes * n_tokens + 2 * (n_pairs + 1) * 8
+def validate_prepared(folder, vocab_size):
+    """The arrays a training run memory-maps must agree with each other: for each side, offsets that start at
+    0, never decrease and end exactly at the last id (a copy cut short ends elsewhere); as many sentences on
+    both sides; every id inside the vocabulary. Each check reads only the offsets and one max per side."""
+    folder = Path(folder)
+    arrays = {name: np.load(folder / f"{name}.npy", mmap_mode="r")
+              for name in ("src_ids", "src_offsets", "tgt_ids", "tgt_offsets")}
+    for side in ("src", "tgt"):
+        ids, offsets = arrays[f"{side}_ids"], arrays[f"{side}_offsets"]
+        if len(offsets) == 0 or offsets[0] != 0:
+            raise ValueError(f"{side}_offsets must start at 0")
+        if np.any(np.diff(offsets) < 0):
+            raise ValueError(f"{side}_offsets decrease: the sentences overlap")
+        if offsets[-1] != len(ids):
+            raise ValueError(f"{side}_offsets end at {offsets[-1]} but {side}_ids holds {len(ids)} ids (cut short?)")
+        if len(ids) and int(ids.max()) >= vocab_size:
+            raise ValueError(f"{side}_ids holds id {int(ids.max())}, outside the vocabulary of {vocab_size}")
+    if len(arrays["src_offsets"]) != len(arrays["tgt_offsets"]):
+        raise ValueError(f"{len(arrays['src_offsets']) - 1} source sentences but "
+                         f"{len(arrays['tgt_offsets']) - 1} target sentences")
 
 
 _COMPOUND = re.compile(r"(\S)-(\S)")

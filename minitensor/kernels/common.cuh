@@ -19,6 +19,23 @@ struct __align__(2) bf16 { unsigned short bits; };
 template <typename T> struct Acc { typedef float type; };
 template <> struct Acc<double> { typedef double type; };
 
+// float32 <-> float64 exactly. CuPy compiles with -ftz=true after our own options, and under it a
+// plain (float)d or (double)f flushes float32 subnormals to zero (cvt.rn.ftz.f32.f64,
+// cvt.ftz.f64.f32: 1e-40 would become 0); PTX written out has no .ftz, as the f16 ones below.
+// tests/kernels/test_nvrtc.py holds every kernel's PTX to it.
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(double v) {
+    float f;
+    asm("cvt.rn.f32.f64 %0, %1;" : "=f"(f) : "d"(v));
+    return f;
+}
+__device__ __forceinline__ double to_f64(double v) { return v; }
+__device__ __forceinline__ double to_f64(float v) {
+    double d;
+    asm("cvt.f64.f32 %0, %1;" : "=d"(d) : "f"(v));
+    return d;
+}
+
 __device__ __forceinline__ float load(float v) { return v; }
 __device__ __forceinline__ double load(double v) { return v; }
 __device__ __forceinline__ float load(f16 v) {
@@ -28,6 +45,7 @@ __device__ __forceinline__ float load(f16 v) {
 }
 __device__ __forceinline__ void store(float& dst, float v) { dst = v; }
 __device__ __forceinline__ void store(double& dst, double v) { dst = v; }
+__device__ __forceinline__ void store(double& dst, float v) { dst = to_f64(v); }  // widened exactly
 __device__ __forceinline__ void store(f16& dst, float v) {
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(dst.bits) : "f"(v));
 }

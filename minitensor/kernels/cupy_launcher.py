@@ -1,14 +1,14 @@
 """What every kernels/<op>/cupy_launch.py shares: C type names, compiling cuda.cu, block and grid sizes.
 
-A launcher declares its cuda.cu once, with every template instantiation it will ask for:
+A launcher declares its cuda.cu once, with every template instantiation it may ask for:
     CUDA = CudaKernels("softmax_forward", ["softmax_forward_v1<float>", ...])
-and launches with `CUDA.function("softmax_forward_v1<float>")(grid, block, args)`.
-CuPy is imported only inside the functions that need it, so importing a launcher works on a
-machine without CuPy (the registry and nvcc tests read CUDA.name_expressions there).
+and launches with `CUDA.function("softmax_forward_v1<float>")(grid, block, args)`, which
+compiles that one instantiation the first time it is asked for. CuPy is imported only inside
+the functions that need it, so importing a launcher works on a machine without CuPy (the
+registry, nvcc and NVRTC tests read CUDA.name_expressions there).
 """
 from __future__ import annotations
 
-import functools
 import re
 from pathlib import Path
 
@@ -21,6 +21,10 @@ COMMON_HEADER = "common.cuh"
 CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float16): "f16", np.dtype(np.float64): "double",
           np.dtype(np.uint16): "bf16"}
 VPTS = (1, 2, 4, 8, 16, 32)  # values per lane of the one-warp-per-row register kernels: rows <= 1024
+# Our NVRTC options. CuPy appends its own after them (cupy/cuda/compiler.py), -ftz=true among
+# them: float32 subnormals flush to zero in float arithmetic, and in conversions unless written
+# in PTX (common.cuh to_f32, to_f64; tests/kernels/test_nvrtc.py checks the PTX).
+OPTIONS = ("-std=c++17",)
 
 
 def acc_dtype(dtype):
@@ -46,25 +50,44 @@ def cuda_source(op: str) -> str:
 
 
 class CudaKernels:
-    """The kernels of kernels/<op>/cuda.cu, compiled (NVRTC through CuPy) on first use, once per process.
+    """The kernels of kernels/<op>/cuda.cu, each compiled (NVRTC through CuPy) on first use, once per process.
 
-    name_expressions lists every template instantiation the launcher will fetch by name, e.g.
-    "softmax_forward_v3<float, 4>"; a file of extern "C" kernels needs none.
+    name_expressions lists every template instantiation the launcher may fetch by name, e.g.
+    "softmax_forward_v3<float, 4>"; a file of extern "C" kernels needs none. Only the
+    instantiations a run asks for are compiled, one NVRTC program each (a fresh machine pays
+    for the few a training step uses, not for every dtype × values-per-lane); a file of
+    extern "C" kernels is compiled whole, once. `compiled` lists what went to NVRTC, in order
+    (CuPy's disk cache may then find it already built).
     """
 
     def __init__(self, op: str, name_expressions=()):
         self.op = op
         self.name_expressions = tuple(name_expressions)
+        self._modules: dict[tuple[str, ...], object] = {}  # name expressions -> module; () = the whole file
+        self._functions: dict[str, object] = {}
 
-    @functools.cached_property
-    def module(self):
-        import cupy as cp
-
-        names = {"name_expressions": self.name_expressions} if self.name_expressions else {}
-        return cp.RawModule(code=cuda_source(self.op), options=("-std=c++17",), **names)
+    @property
+    def compiled(self) -> list[tuple[str, ...]]:
+        """The name expressions of each module built so far, in order (() = the whole file)."""
+        return list(self._modules)
 
     def function(self, name: str):
-        return self.module.get_function(name)
+        """The kernel `name`: compiled the first time it is asked for, then the same function object."""
+        kernel = self._functions.get(name)
+        if kernel is None:
+            kernel = self._functions[name] = self._module_for(name).get_function(name)
+        return kernel
+
+    def _module_for(self, name: str):
+        if self.name_expressions and name not in self.name_expressions:
+            raise KeyError(f"{self.op}: {name!r} is not among the instantiations CUDA lists in its cupy_launch.py")
+        names = (name,) if self.name_expressions else ()
+        if names not in self._modules:
+            import cupy as cp
+
+            self._modules[names] = cp.RawModule(code=cuda_source(self.op), options=OPTIONS,
+                                                **({"name_expressions": names} if names else {}))
+        return self._modules[names]
 
 
 def fit_block(kernel, block: int) -> int:

@@ -76,9 +76,13 @@ def read_split(paths: tuple[Path, Path], tokenizer: Tokenizer, limit: int, log=p
                  [s[:limit] for s in src_ids], [t[:limit] for t in tgt_ids])
 
 
-def prepare(config: RunConfig, run_dir: Path, data_dir: Path | None = None, resuming: bool = False,
-            log=print, progress: bool = False) -> Prepared:
-    """Prepared data for the run; with `resuming`, an InputError if it is not the data the run started on."""
+def prepare(config: RunConfig, run_dir: Path, batch_tokens: int, data_dir: Path | None = None,
+            resuming: bool = False, log=print, progress: bool = False) -> Prepared:
+    """Prepared data for the run; with `resuming`, an InputError if it is not the data the run started on.
+
+    The training pairs are cut into batches of `batch_tokens` padded tokens per side, the
+    update plan's micro-batch (train/distributed/global_batch.py).
+    """
     run_dir = Path(run_dir)
     _remove_partial_files(run_dir)
     data = prepare_data(config, data_dir if data_dir is not None else default_data_dir(run_dir), log=log,
@@ -94,7 +98,7 @@ def prepare(config: RunConfig, run_dir: Path, data_dir: Path | None = None, resu
     log(f"training pairs: {len(index)} kept, {dropped} longer than {limit} tokens dropped, "
         f"{corpus.stats.n_empty} empty skipped")
     positions = make_batches(corpus.src_lengths[index] + 1, corpus.tgt_lengths[index] + 1,
-                             config.train.max_tokens, seed=config.train.seed)
+                             batch_tokens, seed=config.train.seed)
     batches = [index[b] for b in positions]
     valid = read_split(paths["valid"], tokenizer, limit, log)
     test = read_split(paths["test"], tokenizer, limit, log) if paths.get("test") else None

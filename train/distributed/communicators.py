@@ -2,13 +2,16 @@
 
 The paper trained on 8 GPUs (§5.2); so does `mpiexec -n 8 python -m train fit ...`.
 
-    comm = from_launcher(backend)            # under mpiexec / srun: MPI or NCCL; otherwise one process
-    comm.rank, comm.world_size, comm.local_rank
+    host = host_from_launcher()              # under mpiexec / mpirun / srun: MPI; otherwise one process
+    comm = for_backend(host, backend, timeout_s)   # NCCL for a GPU backend on several ranks, else the host
+    comm.rank, comm.world_size, comm.local_rank, comm.local_size   # local: the ranks on this node
     comm.all_reduce(array)                   # in place: the sum over ranks, on the training backend's arrays
     handle = comm.all_reduce_async(array)    # ... the same, started now; handle.wait() before reading it
     comm.all_reduce_host(np.array([...]))    # small host values (token counts, flags); op="max" too
+    comm.all_gather_json(value)              # every rank's small JSON-able value, in rank order
     comm.broadcast(array)                    # in place: rank 0's values everywhere
     comm.barrier(); comm.abort(code)
+    with comm.busy("validation"): ...        # a long phase this rank runs alone (the watchdog waits for it)
 
 Three backends behind that interface:
   SingleProcess  world size 1: every collective leaves its input as it is, so one code path runs everywhere.
@@ -19,17 +22,25 @@ Every rank must issue the same collectives in the same order; train/run/step.py 
 train/distributed/grad_sync.py are written so that they do, whatever data each rank holds.
 
 A launch is recognised by the variables every MPI launcher sets for its processes
-(PMI_* for MPICH's mpiexec and Intel MPI, OMPI_* for Open MPI, PMIX_* for `srun --mpi=pmix`).
+(PMI_* for MPICH's mpiexec and Intel MPI, OMPI_* for Open MPI, PMIX_* and SLURM_STEP_NUM_TASKS
+for srun). Many nodes: the ranks of one node are found by MPI's shared-memory split
+(MPI_COMM_TYPE_SHARED), whatever the launcher and however it placed the ranks; each takes the
+GPU of its local rank (`device_index`), one GPU per rank.
 
 Failure: MPI cannot carry on once a rank is gone, so the job ends. `abort_on_error` turns an
 exception on any rank into `error: rank R of K: ...` and MPI_Abort, which stops every process of
-the job within seconds. A rank killed outright cannot speak for itself: the launcher reports it
-(MPICH: "BAD TERMINATION ... PID p"; Open MPI and Slurm name the rank), and `describe()` is the
+the job within seconds; `python -m train fit` enters it right after MPI starts, before it reads
+anything (a rank that exited before MPI_Init would leave the others waiting in it for ever).
+A rank that stops without an exception (killed, SIGSTOP, wedged) is the watchdog's
+(train/distributed/watchdog.py): every collective is timed, and one that waits longer than
+`train.collective_timeout_s` ends the job, naming the rank it waited for. The launcher also
+reports a rank killed outright (MPICH: "BAD TERMINATION ... PID p"), and `describe()` is the
 start-up line that maps each PID to its rank.
 """
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import sys
@@ -39,10 +50,19 @@ import traceback
 
 import numpy as np
 
+from train.distributed.watchdog import Watchdog
 from train.errors import InputError
 
 ABORT_GRACE_S = 1.0
-LAUNCHER_VARIABLES = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MV2_COMM_WORLD_SIZE")
+SPIN_S = 2e-3                  # a waiting rank asks MPI without pause for this long,
+POLL_S = 2e-4                  # then every POLL_S whether its collective is done
+LAUNCHER_SIZES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS")
+LAUNCHER_VARIABLES = ("PMI_RANK", "PMIX_RANK", *LAUNCHER_SIZES)
+
+
+def _to_json(value) -> str:
+    """JSON text of a small value (NumPy scalars and arrays as plain numbers and lists): what ranks exchange."""
+    return json.dumps(value, default=lambda o: o.tolist() if hasattr(o, "tolist") else repr(o))
 
 
 class Done:
@@ -55,7 +75,8 @@ class Done:
 class SingleProcess:
     """World size 1: the sum over one rank is the array itself."""
 
-    rank, world_size, local_rank = 0, 1, 0
+    rank, world_size, local_rank, local_size = 0, 1, 0, 1
+    watchdog = None
 
     def all_reduce(self, array, op: str = "sum"):
         return array
@@ -66,11 +87,17 @@ class SingleProcess:
     def all_reduce_host(self, values, op: str = "sum") -> np.ndarray:
         return np.array(values)
 
+    def all_gather_json(self, value) -> list:
+        return [json.loads(_to_json(value))]
+
     def broadcast(self, array, root: int = 0):
         return array
 
     def barrier(self) -> None:
         return None
+
+    def busy(self, what: str):
+        return contextlib.nullcontext()
 
     def abort(self, code: int = 1) -> None:
         raise SystemExit(code)
@@ -80,65 +107,130 @@ class SingleProcess:
 
 
 class _MpiRequest:
-    def __init__(self, request, array):
-        self.request, self.array = request, array   # the buffer must outlive the request
+    def __init__(self, comm: "Mpi", request, array, number: int):
+        self.comm, self.request, self.array, self.number = comm, request, array, number   # the buffer must outlive it
 
     def wait(self) -> None:
-        self.request.Wait()
+        self.comm._wait(self.request, self.number)
 
 
 class Mpi:
-    """MPI collectives on host arrays (mpi4py), over `comm` (default: every process of the launch)."""
+    """MPI collectives on host arrays (mpi4py), over `comm` (default: every process of the launch), timed.
 
-    def __init__(self, comm=None):
+    `node_of(rank)` overrides the node split (tests: 4 ranks on one machine as 2 simulated nodes).
+    """
+
+    def __init__(self, comm=None, timeout_s: float = 600.0, node_of=None):
         from mpi4py import MPI
 
         self.MPI = MPI
         self.comm = MPI.COMM_WORLD if comm is None else comm
         self.rank, self.world_size = self.comm.Get_rank(), self.comm.Get_size()
-        node = self.comm.Split_type(MPI.COMM_TYPE_SHARED)      # the ranks on this machine
-        self.local_rank = node.Get_rank()
+        node = (self.comm.Split_type(MPI.COMM_TYPE_SHARED) if node_of is None     # the ranks on this machine
+                else self.comm.Split(node_of(self.rank), self.rank))
+        self.local_rank, self.local_size = node.Get_rank(), node.Get_size()
         node.Free()
         self.ops = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
+        self.watchdog = Watchdog(self.comm, timeout_s, self.abort)
+
+    def _wait(self, request, number: int) -> None:
+        """Spin for SPIN_S (a small collective is done by then), then poll with sleeps (a blocking MPI wait would
+        spin a core for as long as it waits: ranks may outnumber cores, and one may wait minutes for rank 0)."""
+        spin_until = time.perf_counter() + SPIN_S
+        while not request.Test():
+            if time.perf_counter() > spin_until:
+                time.sleep(POLL_S)
+        self.watchdog.finish(number)
+
+    def _run(self, what: str, start):
+        number = self.watchdog.start(what)
+        self._wait(start(), number)
 
     def all_reduce(self, array, op: str = "sum"):
-        self.comm.Allreduce(self.MPI.IN_PLACE, array, op=self.ops[op])
+        self._run(f"all-reduce ({op}) of {array.nbytes:,} bytes",
+                  lambda: self.comm.Iallreduce(self.MPI.IN_PLACE, array, op=self.ops[op]))
         return array
 
     def all_reduce_async(self, array, op: str = "sum") -> _MpiRequest:
-        return _MpiRequest(self.comm.Iallreduce(self.MPI.IN_PLACE, array, op=self.ops[op]), array)
+        number = self.watchdog.start(f"all-reduce ({op}) of {array.nbytes:,} bytes")
+        return _MpiRequest(self, self.comm.Iallreduce(self.MPI.IN_PLACE, array, op=self.ops[op]), array, number)
 
     def all_reduce_host(self, values, op: str = "sum") -> np.ndarray:
         return self.all_reduce(np.array(values), op)
 
+    def all_gather_json(self, value) -> list:
+        data = np.frombuffer(_to_json(value).encode("utf-8"), dtype=np.uint8)
+        sizes = np.zeros(self.world_size, dtype=np.int64)
+        self._run("all-gather of sizes", lambda: self.comm.Iallgather(np.array([data.size], np.int64), sizes))
+        gathered = np.empty(int(sizes.sum()), dtype=np.uint8)
+        self._run(f"all-gather of {data.size:,} bytes", lambda: self.comm.Iallgatherv(data, (gathered, sizes)))
+        ends = np.cumsum(sizes)
+        return [json.loads(gathered[end - size:end].tobytes().decode("utf-8")) for end, size in zip(ends, sizes)]
+
     def broadcast(self, array, root: int = 0):
-        self.comm.Bcast(array, root=root)
+        self._run(f"broadcast of {array.nbytes:,} bytes", lambda: self.comm.Ibcast(array, root=root))
         return array
 
     def barrier(self) -> None:
-        self.comm.Barrier()
+        self._run("barrier", self.comm.Ibarrier)
+
+    def busy(self, what: str):
+        return self.watchdog.busy(what)
 
     def abort(self, code: int = 1) -> None:
         self.comm.Abort(code)
         os._exit(code)             # MPI_Abort may return while the launcher ends the job: never carry on
 
     def describe(self) -> str:
-        where = self.comm.allgather((os.getpid(), self.MPI.Get_processor_name(), self.local_rank))
+        where = self.all_gather_json((os.getpid(), self.MPI.Get_processor_name(), self.local_rank))
         return "ranks: " + ", ".join(f"{r} pid {pid} on {host} (local {local})"
                                      for r, (pid, host, local) in enumerate(where))
 
 
 def launched_by_mpi(environ=None) -> bool:
-    """True inside a process started by mpiexec, mpirun or srun --mpi=..."""
+    """True inside a process started by mpiexec, mpirun or srun (with more than one task)."""
     environ = os.environ if environ is None else environ
-    return any(name in environ for name in LAUNCHER_VARIABLES)
+    return any(name in environ for name in LAUNCHER_VARIABLES if name != "SLURM_STEP_NUM_TASKS") \
+        or int(environ.get("SLURM_STEP_NUM_TASKS", "1")) > 1
+
+
+def launcher_size(environ=None) -> int | None:
+    """The number of processes the launcher says it started, where it says it."""
+    environ = os.environ if environ is None else environ
+    return next((int(environ[name]) for name in LAUNCHER_SIZES if name in environ), None)
+
+
+def why_no_mpi() -> str:
+    """"" when `from mpi4py import MPI` works; else why not (mpi4py missing, or no MPI library under it)."""
+    try:
+        from mpi4py import MPI  # noqa: F401 - only whether it loads
+    except (ImportError, RuntimeError, OSError) as err:
+        return f"{type(err).__name__}: {err}"
+    return ""
+
+
+def why_no_nccl() -> str:
+    """"" when NCCL works through CuPy; else why not. `from cupy.cuda import nccl` succeeds without
+    libnccl (then `nccl.available` is False and its functions are missing), so that is checked too."""
+    try:
+        from cupy.cuda import nccl
+    except (ImportError, RuntimeError, OSError) as err:
+        return f"CuPy's NCCL module does not load ({type(err).__name__}: {err})"
+    if not getattr(nccl, "available", False):
+        return "CuPy finds no NCCL library (cupy.cuda.nccl.available is False): pip install nvidia-nccl-cu12 (or -cu13)"
+    return ""
+
+
+def require_nccl(world_size: int) -> None:
+    """An InputError saying what is missing unless NCCL works here."""
+    why = why_no_nccl()
+    if why:
+        raise InputError(f"train.backend = 'cuda' on {world_size} rank(s) needs NCCL: {why}")
 
 
 def mpiexec_path() -> str | None:
-    """The mpiexec of this Python's MPI (the `mpich` package installs it beside python), else PATH's; None without mpi4py."""
-    try:
-        import mpi4py  # noqa: F401 - only whether it is there
-    except ImportError:
+    """The mpiexec of this Python's MPI (the `mpich` package installs it beside python), else PATH's; None without MPI."""
+    if why_no_mpi():
         return None
     for folder in (sysconfig.get_path("scripts"), os.path.dirname(sys.executable)):
         candidate = os.path.join(folder, "mpiexec")
@@ -147,34 +239,63 @@ def mpiexec_path() -> str | None:
     return shutil.which("mpiexec")
 
 
-def from_launcher(backend: str):
-    """The communicator for how this process was started: NCCL for a GPU backend, MPI for a CPU one,
-    or SingleProcess when there is no launcher or it started a single process.
+def host_from_launcher(environ=None):
+    """Mpi over every process of the launch, or SingleProcess without a launcher (or with one process).
 
-    On a GPU this also picks the device, local rank modulo the GPUs here, before anything is allocated.
+    Call it first, before anything can fail: MPI_Init waits for every rank, so a rank that failed
+    before it would leave the others waiting for ever.
     """
-    if not launched_by_mpi():
+    if not launched_by_mpi(environ):
         return SingleProcess()
-    try:
-        host = Mpi()
-    except ImportError:
-        raise InputError("started by an MPI launcher but mpi4py is not installed: "
-                         "pip install mpi4py (and an MPI, e.g. the `mpich` package)") from None
-    if host.world_size == 1:
-        return SingleProcess()
-    if backend in ("cupy", "cuda"):
+    why = why_no_mpi()
+    if why:
+        raise InputError(f"started by an MPI launcher but MPI does not load ({why}): pip install mpi4py, with an "
+                         f"MPI library under it (your cluster's, or the `mpich` package)")
+    host = Mpi()
+    expected = launcher_size(environ)
+    if expected is not None and expected != host.world_size:
+        raise InputError(f"the launcher started {expected} processes but MPI sees {host.world_size}: this mpi4py's "
+                         f"MPI is not the launcher's (srun: --mpi=pmi2 or --mpi=pmix and an MPI built for Slurm)")
+    return host if host.world_size > 1 else SingleProcess()
+
+
+def for_backend(host, backend: str, timeout_s: float):
+    """The training communicator: NCCL over `host` for a GPU backend on several ranks, else `host` itself."""
+    if host.watchdog is not None:
+        host.watchdog.timeout_s = timeout_s
+    if host.world_size > 1 and backend in ("cupy", "cuda"):
+        require_nccl(host.world_size)
         from train.distributed.nccl import Nccl
 
         return Nccl(host)
     return host
 
 
+def device_index(local_rank: int, local_size: int, device_count: int) -> int:
+    """The GPU of a rank: its local rank, one GPU per rank; an InputError if a node has more ranks than GPUs.
+
+    A rank that sees a single GPU was given it by the launcher (srun --gpus-per-task=1,
+    CUDA_VISIBLE_DEVICES per rank): that one.
+    """
+    if device_count == 1:
+        return 0
+    if local_size > device_count:
+        raise InputError(f"{local_size} ranks were started on a node with {device_count} GPU(s): start one rank "
+                         f"per GPU (mpiexec -ppn {device_count}, srun --ntasks-per-node={device_count})")
+    return local_rank
+
+
 @contextlib.contextmanager
 def rank_zero_first(comm):
-    """Rank 0 runs the block first (it writes the run directory); the others run it once it is done (they read)."""
+    """Rank 0 runs the block first (it writes the run directory); the others run it once it is done (they read).
+
+    Each announces the block as busy: the others wait for it without a time limit while it is
+    alive (preparing the data can take an hour, reading it back a while).
+    """
     if comm.rank != 0:
         comm.barrier()
-    yield
+    with comm.busy("preparing the run" if comm.rank == 0 else "reading the run rank 0 prepared"):
+        yield
     if comm.rank == 0:
         comm.barrier()
 

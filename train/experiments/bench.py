@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+import minitensor as mt
 from minitensor import Function, optim
 from minitensor.backends.counting import CountingBackend
 from transformer.config import TransformerConfig
@@ -219,6 +220,9 @@ def run(preset: str = "cpu", backend: str = "cpu", precision: str = "fp32", step
         raise InputError(f"--precision must be one of {sorted(PEERS)}, got {precision!r}")
     if precision != "fp32" and backend != "cuda":
         raise InputError(f"--precision {precision} is mixed precision for GPUs; use fp32 on the CPU")
+    if not mt.available(backend):
+        raise InputError(f"--backend {backend} is not available here: {mt.why_unavailable(backend)} "
+                         f"(see `python -m train doctor`)")
     cfg = TransformerConfig(**spec["model"])
     B, S, T = batch or spec["batch"], spec["src_len"], spec["tgt_len"]
     profile = (backend != "cuda") if profile is None else profile

@@ -7,6 +7,9 @@ A training checkpoint is two transformer.checkpoint files:
         rng_state       the dropout RNG's bit-generator state (PCG64: plain ints, JSON-safe)
         tokenizer_hash  sha256 of tokenizer.model, so a model never meets the wrong vocabulary
         loss_scaler     the fp16 loss scaler's state (mixed precision only)
+        update          world size, micro-batches per rank (accumulation) and their token budget, tokens
+                        per rank and per update (train/distributed/global_batch.py): a resume on
+                        another world size keeps the same update
         run_config      the resolved run config
     ckpt_<step:08d>.optimizer.safetensors  Adam's moments and step: twice the weights' size
 
@@ -62,6 +65,7 @@ class TrainState:
     rng: np.random.Generator  # drew the initial weights; draws every dropout seed (§5.4)
     tokenizer: Tokenizer
     scaler: object = None  # fp16 mixed precision's DynamicLossScaler, else None
+    plan: object = None  # train.distributed.global_batch.UpdatePlan: the update over the ranks
     progress: Progress = dataclasses.field(default_factory=Progress)
 
 
@@ -74,6 +78,7 @@ def _metadata(state: TrainState) -> dict:
     return {"progress": dataclasses.asdict(state.progress), "rng_state": state.rng.bit_generator.state,
             "tokenizer_hash": state.tokenizer.model_hash,
             "loss_scaler": state.scaler.state_dict() if state.scaler is not None else None,
+            "update": state.plan.record() if state.plan is not None else None,
             "run_config": state.run_config.to_dict()}
 
 
@@ -151,6 +156,12 @@ def resume_point(run_dir: Path, reset_optimizer: bool, say=print) -> Path | None
     say(f"{newest.name} holds weights only (its optimizer file is missing or corrupt); "
         f"resuming exactly from {full.name}, the newest checkpoint with optimizer state")
     return full
+
+
+def recorded_update(path: Path) -> dict | None:
+    """The update plan a training checkpoint recorded (read from its header only), or None if it has none."""
+    _, metadata = load_checkpoint(path, select=lambda name: False)
+    return metadata.get("update")
 
 
 def _check_tokenizer(path: Path, metadata: dict, tokenizer: Tokenizer) -> None:
@@ -234,7 +245,7 @@ def average_last(run_dir: Path, last: int | None = None, out: Path | None = None
         raise InputError(f"{out}: exists; pass --force to overwrite or choose another --out")
     tensors, metadata = average_checkpoints(paths[-last:])
     weights = {k: v for k, v in tensors.items() if not k.startswith(OPTIMIZER_PREFIX)}
-    metadata = {k: v for k, v in metadata.items() if k not in ("progress", "rng_state", "loss_scaler")}
+    metadata = {k: v for k, v in metadata.items() if k not in ("progress", "rng_state", "loss_scaler", "update")}
     metadata["averaged_from"] = [p.name for p in paths[-last:]]
     save_checkpoint(out, weights, metadata)
     return out, metadata["averaged_from"]

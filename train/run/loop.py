@@ -2,9 +2,9 @@
 
     fit(run_config, run_dir)   # trains, validates, checkpoints; re-run the same call to resume
 
-What one update does (§5.3, §5.4) is `train.run.step.train_step`: take `accum`
-token-budget batches (§5.1), run forward and backward on each (dropout on,
-label-smoothed loss), add the gradients up weighted by target tokens, optionally
+What one update does (§5.3, §5.4) is `train.run.step.train_step`: take the update's
+token-budget batches (§5.1: train.tokens_per_update over every rank), run forward and
+backward on each (dropout on, label-smoothed loss), add the gradients up weighted by target tokens, optionally
 clip, and take one Adam step (β₁ 0.9, β₂ 0.98, ε 1e-9) at the rate of Eq. (3).
 This file is the bookkeeping around it: data order, logging, validation,
 checkpoints, signals.
@@ -21,7 +21,7 @@ tool's files), and one process at a time trains in it (train/run/run_dir.py).
 
 Many devices (README, "Many GPUs"): `fit(..., comm=)` trains data-parallel over the ranks
 of a train/distributed/communicators.py communicator; every rank takes its share of each update
-(batching.shard), rank 0 alone writes, logs and validates.
+(batching.shard, train/run/ranks.py), rank 0 alone writes, logs and validates.
 
 Faults (tests/test_reliability.py): SIGINT/SIGTERM finish the current update,
 write a checkpoint and return (FitResult.stopped says why); a non-finite loss
@@ -53,7 +53,7 @@ from train.distributed.grad_sync import GradSync
 from train.errors import InputError
 from train.evaluate.scores import corpus_scores
 from train.evaluate.translate import translate_ids
-from train.run import checkpointing
+from train.run import checkpointing, ranks
 from train.run.checkpointing import Progress, TrainState
 from train.run.faults import StopSignals, raise_diverged
 from train.run.loss_scaler import DynamicLossScaler
@@ -175,15 +175,17 @@ def fit(run_config: RunConfig, run_dir: str | Path, force: bool = False, reset_o
 
 
 def _start(run_config: RunConfig, run_dir: Path, backend: str, reset_optimizer: bool, say, progress: bool,
-           data_dir, verify_data: bool = False) -> tuple[TrainState, Prepared, Path | None]:
-    """The model, optimizer (§5.3), schedule (Eq. (3)) and data state, fresh or restored from a checkpoint.
+           data_dir, comm) -> tuple[TrainState, Prepared, Path | None, str]:
+    """The model, optimizer (§5.3), schedule (Eq. (3)), update plan and data state, fresh or restored.
 
-    `verify_data`: only check the run's record of its prepared data (ranks other than 0 read, never write).
+    Ranks other than 0 only check the run's record of its prepared data (they read, never write).
     """
     train = run_config.train
     show_bars = progress and sys.stderr.isatty()
-    prepared = prepare(run_config, run_dir, data_dir, resuming=verify_data or bool(list_checkpoints(run_dir)),
-                       log=say, progress=show_bars)
+    resumed = checkpointing.resume_point(run_dir, reset_optimizer, say)
+    plan, how = ranks.update_plan(train, comm.world_size, resumed)      # §5.1: the update over every rank
+    prepared = prepare(run_config, run_dir, plan.batch_tokens, data_dir, log=say, progress=show_bars,
+                       resuming=comm.rank != 0 or bool(list_checkpoints(run_dir)))
     model_config = run_config.model.replace(vocab_size=prepared.tokenizer.vocab_size)
     rng = np.random.default_rng(train.seed)  # model init and every dropout mask (§5.4)
     model = Transformer(model_config, rng, backend=backend, precision=train.precision)
@@ -191,8 +193,7 @@ def _start(run_config: RunConfig, run_dir: Path, backend: str, reset_optimizer: 
     optimizer = Adam(list(model.named_parameters()), lr=schedule, betas=(train.adam_beta1, train.adam_beta2),
                      eps=train.adam_eps, half_dtype=model.compute_dtype)   # mixed precision: the half weights
     scaler = DynamicLossScaler() if train.precision == "fp16" else None
-    state = TrainState(run_config, model, optimizer, rng, prepared.tokenizer, scaler)
-    resumed = checkpointing.resume_point(run_dir, reset_optimizer, say)
+    state = TrainState(run_config, model, optimizer, rng, prepared.tokenizer, scaler, plan)
     if resumed is not None:
         checkpointing.restore(resumed, state, reset_optimizer)
         at = state.progress
@@ -200,7 +201,7 @@ def _start(run_config: RunConfig, run_dir: Path, backend: str, reset_optimizer: 
             + ("; optimizer reset" if reset_optimizer else ""))
     say(f"model: {model.num_parameters():,} parameters, vocab {model_config.vocab_size}, backend {backend}, "
         f"{model_config.impl} ops; {len(prepared.batches)} batches per epoch")
-    return state, prepared, resumed
+    return state, prepared, resumed, how
 
 
 def logged_step(step: int, log_every: int) -> bool:
@@ -215,13 +216,10 @@ def _train(run_config: RunConfig, run_dir: Path, backend: str, resuming: bool, r
     say = Logger(None) if main else Silent()
     say(f"{'resuming' if resuming else 'starting'} run {run_config.name!r} in {run_dir}")
     with rank_zero_first(comm):                # rank 0 prepares the data; the other ranks then read it
-        state, prepared, resumed = _start(run_config, run_dir, backend, reset_optimizer, say, progress and main,
-                                          data_dir, verify_data=not main)
+        state, prepared, resumed, how = _start(run_config, run_dir, backend, reset_optimizer, say, progress and main,
+                                               data_dir, comm)
     sync = GradSync(state.optimizer, comm, train.bucket_mb)
-    sync.broadcast_parameters()                # every rank starts from rank 0's weights
-    if comm.world_size > 1:
-        ranks = comm.describe()                # collective: every rank takes part
-        say(f"data parallel over {comm.world_size} ranks, {train.accum} batches each per update; {ranks}")
+    ranks.join(comm, state, resumed, sync, say, how)   # every rank agrees, then starts from rank 0's weights
     model, at = state.model, state.progress
     loss_fn = LabelSmoothingLoss(model.config.eps_ls, model.config.pad_id, model.config.impl)  # §5.4
     result = FitResult(run_dir, model, state.tokenizer, prepared, at, list_checkpoints(run_dir))
@@ -252,8 +250,9 @@ def _train(run_config: RunConfig, run_dir: Path, backend: str, resuming: bool, r
             model.train()
             while at.step < train.max_steps:
                 t0 = time.perf_counter()
-                update = _next_batches(prepared, at, train.seed, train.accum * comm.world_size)
-                batches = [corpus_batch(prepared.train, b) for b in shard(update, comm.rank, comm.world_size)]
+                update = _next_batches(prepared, at, train.seed, state.plan.batches)   # §5.1: one global batch
+                batches = [None if b is None else corpus_batch(prepared.train, b)      # None: an empty slot
+                           for b in shard(update, comm.rank, comm.world_size)]
                 log_now = logged_step(at.step + 1, train.log_every)
                 stats = train_step(model, batches, state.optimizer, loss_fn, state.scaler, train.clip_norm,
                                    measure_grad_norm=log_now, sync=sync, rng=state.rng)
@@ -277,15 +276,17 @@ def _train(run_config: RunConfig, run_dir: Path, backend: str, resuming: bool, r
                 early_stop = False
                 if (train.valid_every and at.step % train.valid_every == 0) or at.step == train.max_steps:
                     if main:
-                        result.last_valid = _run_validation(model, loss_fn, prepared, run_config, state, run_dir,
-                                                            metrics, say)
+                        with comm.busy("validation"):   # the other ranks wait for it in `agree`
+                            result.last_valid = _run_validation(model, loss_fn, prepared, run_config, state,
+                                                                run_dir, metrics, say)
                         early_stop = bool(train.patience) and at.bad_validations >= train.patience
                     early_stop = agree(comm, early_stop)   # rank 0 decides; every rank stops with it
                 stopping = agree_on_signal(comm, stop.received)   # all ranks stop after the same update
                 minutes_due = train.ckpt_minutes > 0 and time.perf_counter() - last_ckpt_time >= 60 * train.ckpt_minutes
                 if main and (at.step % train.ckpt_every == 0 or minutes_due or at.step == train.max_steps or stopping
                              or early_stop):
-                    saved = checkpointing.save(run_dir, state)
+                    with comm.busy("writing a checkpoint"):
+                        saved = checkpointing.save(run_dir, state)
                     last_ckpt_time = time.perf_counter()
                 if stopping:  # SIGINT/SIGTERM: the update is done and saved
                     result.stopped = stopping
@@ -333,7 +334,7 @@ def _flops(config, batches) -> float:
     """Model FLOPs of one update's batches (for MFU)."""
     pad = config.pad_id
     return sum(train_flops(config, int((s != pad).sum()), int((t != pad).sum()), s.shape[1], t.shape[1])
-               for s, _, t in batches)
+               for s, _, t in filter(None, batches))
 
 
 def _raw(value):

@@ -2,9 +2,9 @@
 
     stats = train_step(model, batches, optimizer, loss_fn, scaler)
 
-`batches` are the `train.accum` micro-batches of one update (§5.1 token budgets;
-accumulating several is how one device reaches the paper's ~25,000 target tokens per
-step). Each runs forward and backward with dropout on and the label-smoothed loss;
+`batches` are this rank's micro-batches of one update (§5.1 token budgets; accumulating
+several is how one device reaches the paper's ~25,000 target tokens per step:
+train/distributed/global_batch.py). Each runs forward and backward with dropout on and the label-smoothed loss;
 the gradients add up, weighted so that their sum is the gradient of the mean loss
 over every target token of the update. Then one Adam step (§5.3) at the rate of
 Eq. (3). Everything else a run does (logging, validation, checkpoints, signals) is
@@ -65,9 +65,12 @@ def train_step(model, batches, optimizer, loss_fn, scaler=None, clip_norm: float
     real = [(j, batch) for j, batch in enumerate(batches) if batch is not None]
     local = [(int((tgt_out != pad_id).sum()), int((src != pad_id).sum()), src.size + tgt_out.size)
              for _, (src, _, tgt_out) in real]                             # per batch: target, source, padded
-    totals = comm.all_reduce_host(np.array(local, np.int64).reshape(-1, 3).sum(axis=0))   # over every rank
-    n_target, src_tokens, padded = (int(n) for n in totals)
-    streams = _DropoutStreams(rng, first=comm.rank * len(batches), total=comm.world_size * len(batches))
+    first = comm.rank * len(batches)                                         # this share's place in the update
+    ends = np.zeros(comm.world_size, np.int64)                               # per rank: where its real batches end
+    ends[comm.rank] = first + real[-1][0] + 1 if real else 0
+    totals = comm.all_reduce_host(np.concatenate([np.array(local, np.int64).reshape(-1, 3).sum(axis=0), ends]))
+    n_target, src_tokens, padded = (int(n) for n in totals[:3])              # over every rank
+    streams = _DropoutStreams(rng, first=first, used=int(totals[3:].max()))
     optimizer.zero_grad()
     xp = optimizer.backend.xp
     sums = xp.zeros(2, dtype=np.float64)                                     # [Σ loss, Σ nll] over target tokens
@@ -104,10 +107,15 @@ def _agreed(comm, finite: bool) -> bool:
 
 
 class _DropoutStreams:
-    """Micro-batch g of an update (counted across ranks) draws its dropout masks from `rng` jumped g times."""
+    """Micro-batch g of an update (counted across ranks) draws its dropout masks from `rng` jumped g times.
 
-    def __init__(self, rng, first: int, total: int):
-        self.rng, self.first, self.total = rng, first, total
+    `used`: the update's micro-batches up to its last real one. The generator ends jumped that many
+    times, so empty batches at the end (a share that does not divide) leave no trace: the update,
+    masks and generator included, is the same on any number of ranks.
+    """
+
+    def __init__(self, rng, first: int, used: int):
+        self.rng, self.first, self.used = rng, first, used
         self.start = None if rng is None else rng.bit_generator.jumped(0)      # a copy of the state at the start
 
     def select(self, j: int) -> None:
@@ -115,9 +123,9 @@ class _DropoutStreams:
             self.rng.bit_generator.state = self.start.jumped(self.first + j).state
 
     def finish(self) -> None:
-        """Every rank leaves the update with the same generator: the start jumped once per micro-batch."""
+        """Every rank leaves the update with the same generator: the start jumped once per micro-batch used."""
         if self.rng is not None:
-            self.rng.bit_generator.state = self.start.jumped(self.total).state
+            self.rng.bit_generator.state = self.start.jumped(self.used).state
 
 
 def check_ids(model, batches) -> None:

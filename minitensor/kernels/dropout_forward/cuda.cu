@@ -4,7 +4,8 @@
 //
 // The random draws u come in as an array (the caller's RNG), so forward and backward are the
 // same call with the same u. p_u is p rounded to u's dtype (NumPy compares u >= p in u's
-// dtype), compared in double so no draw flips. Bytes per element: read x and u, write y.
+// dtype), compared in double (widened by to_f64: exact under -ftz) so no draw flips.
+// Bytes per element: read x and u, write y.
 // dropout_forward_v1_seeded makes u itself from (seed, element index) with the SplitMix64 of
 // CupyBackend.uniform, the same draws bit for bit, so no u array is written or read (one
 // kernel instead of two, and 8 fewer bytes an element); CupyBackend.dropout launches it.
@@ -21,7 +22,7 @@ __global__ void dropout_forward_v1(T* __restrict__ y, const T* __restrict__ x, c
     typedef typename Acc<T>::type A;
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    store(y[i], double(load(u[i])) >= p_u ? load(x[i]) * keep_scale : A(0));
+    store(y[i], to_f64(load(u[i])) >= p_u ? load(x[i]) * keep_scale : A(0));
 }
 
 // u_i = top 24 bits of SplitMix64(seed + (i + 1) * golden ratio) / 2^24, as CupyBackend.uniform
@@ -39,5 +40,5 @@ __global__ void dropout_forward_v1_seeded(T* __restrict__ y, const T* __restrict
     typedef typename Acc<T>::type A;
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    store(y[i], double(splitmix_uniform(seed, i)) >= p_u ? load(x[i]) * keep_scale : A(0));
+    store(y[i], to_f64(splitmix_uniform(seed, i)) >= p_u ? load(x[i]) * keep_scale : A(0));
 }

@@ -5,13 +5,19 @@ v2: sort ids, then one block row per run of equal ids (block = threads over colu
     reproducible but ~4.5x slower than v1 on an H100 (25000 x 512 into 37000 rows): DEFAULT 1
 
 Shapes: N = tokens (B*T), D = d_model, num_embeddings = table rows (V).
-dweight comes back in dout's dtype. An id outside the table writes no row and makes row 0 NaN.
+dweight comes back in dout's dtype (bf16: uint16 bits, the float32 sums rounded by bf16_cast,
+never astype, which would turn the numbers into integers). An id outside the table writes no
+row and makes row 0 NaN.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ...dtypes import BF16
+from ..bf16_cast.cupy_launch import bf16_cast
 from ..cupy_launcher import CTYPES, CudaKernels, acc_dtype, ceil_div
+
+BF16_NAN = 0x7FC0  # a quiet NaN's bf16 bits
 
 CUDA = CudaKernels("embedding_backward",
                    [f"embedding_backward_v{v}<{t}>" for v in (1, 2) for t in CTYPES.values()])
@@ -37,7 +43,7 @@ def launch_v1(dout, ids, num_embeddings, block=256):
         kernel = CUDA.function(f"embedding_backward_v1<{CTYPES[dout.dtype]}>")
         kernel((ceil_div(N * D, block),), (block,),
                (dweight, dout, ids, np.int64(N), np.int32(D), np.int64(num_embeddings)))
-    return dweight.astype(dout.dtype, copy=False)
+    return bf16_cast(dweight, BF16) if dout.dtype == BF16 else dweight.astype(dout.dtype, copy=False)
 
 
 def launch_v2(dout, ids, num_embeddings, block=128):
@@ -58,7 +64,8 @@ def launch_v2(dout, ids, num_embeddings, block=128):
     kernel(grid, (block,), (dweight, dout, order, sorted_ids, run_start, np.int64(runs), np.int64(N), np.int32(D),
                             np.int64(num_embeddings)))
     bad = (sorted_ids[0] < 0) | (sorted_ids[-1] >= num_embeddings)  # on the device: no sync
-    dweight[0] += cp.where(bad, np.nan, 0).astype(dweight.dtype)  # NaN into row 0, as v1 does
+    nan = dweight.dtype.type(BF16_NAN if dweight.dtype == BF16 else np.nan)
+    dweight[0] = cp.where(bad, nan, dweight[0])  # row 0 NaN, as v1 makes it
     return dweight
 
 

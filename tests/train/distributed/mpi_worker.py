@@ -1,4 +1,7 @@
-"""Run under `mpiexec -n K python tests/train/distributed/mpi_worker.py OUT.json`: data-parallel training checks.
+"""Run under `mpiexec -n K python tests/train/distributed/mpi_worker.py OUT.json [NODES]`: data-parallel training checks.
+
+With NODES, the K ranks pretend to be NODES machines of K / NODES ranks each (the node split
+overridden): the local ranks and the GPU each would take go to OUT.json too.
 
 Every rank trains a tiny float64 Transformer on its shard of the same updates through
 train.run.step.train_step and train.distributed.grad_sync.GradSync over MPI. Rank 0 then trains the
@@ -24,7 +27,7 @@ from mpi4py import MPI
 
 from minitensor.optim import Adam, NoamSchedule
 from train.data.batching import shard
-from train.distributed.communicators import Mpi
+from train.distributed.communicators import Mpi, device_index
 from train.distributed.grad_sync import GradSync, ReplicaMismatchError
 from train.run.loss_scaler import DynamicLossScaler
 from train.run.step import _agreed, train_step
@@ -121,8 +124,15 @@ def wait_for_rank0(comm):
         time.sleep(0.01)
 
 
-def main(out_path):
-    comm = Mpi()
+def node_layout(comm) -> dict:
+    """This rank's place on its (simulated) node, and the GPU it would take there."""
+    return {"local_rank": comm.local_rank, "local_size": comm.local_size,
+            "device": device_index(comm.local_rank, comm.local_size, device_count=comm.local_size)}
+
+
+def main(out_path, nodes=None):
+    per_node = None if nodes is None else MPI.COMM_WORLD.Get_size() // int(nodes)
+    comm = Mpi(node_of=None if per_node is None else lambda rank: rank // per_node)
     world = comm.world_size
     even, uneven = updates(world, world * PER_RANK), updates(world, world * PER_RANK - 1, seed=2)
     dp = {"accum": train_ranks(comm, even, p_drop=0.1),
@@ -152,7 +162,7 @@ def main(out_path):
     except ReplicaMismatchError as err:
         replica_error = str(err)
 
-    gathered = comm.comm.gather({"nan": nan_result, "replica_error": replica_error,
+    gathered = comm.comm.gather({"nan": nan_result, "replica_error": replica_error, "node": node_layout(comm),
                                  "dp_equal_to_rank0": {k: bool((v == comm.comm.bcast(v, root=0)).all())
                                                        for k, v in dp.items()}}, root=0)
     if comm.rank != 0:
@@ -185,4 +195,4 @@ def _nan_loss(out):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:3])

@@ -1,7 +1,7 @@
 """`python tests/train/distributed/nccl_worker.py OUT.json RUN_ROOT`: the NCCL backend, one rank on one GPU.
 
 (Two NCCL ranks cannot share a GPU: the multi-rank logic is tested on CPU ranks, test_mpi.py.)
-MPI starts as a singleton here (no mpiexec). Written to OUT.json for test_nccl_gpu.py:
+No MPI: with one rank the host communicator is SingleProcess. Written to OUT.json for test_nccl_gpu.py:
   collectives  all-reduce (sync and async), max, broadcast leave one rank's array as it is
   train        GradSync over NCCL with many buckets vs no communicator: 3 float32 updates on the GPU
   fit          `fit` through NCCL vs no communicator: the same checkpoint
@@ -17,7 +17,7 @@ import numpy as np
 from minitensor.optim import Adam, NoamSchedule
 from train import config as config_lib
 from train.config import RunConfig
-from train.distributed.communicators import Mpi
+from train.distributed.communicators import SingleProcess
 from train.distributed.grad_sync import GradSync
 from train.distributed.nccl import Nccl
 from train.run.loop import fit
@@ -73,7 +73,7 @@ def fit_checkpoints(run_root: Path, comm) -> dict:
 
 
 def main(out_path: str, run_root: str) -> None:
-    comm = Nccl(Mpi())
+    comm = Nccl(SingleProcess())
     plain, bucketed = train(None, 0.0), train(comm, 1e-3)
     result = {"world_size": comm.world_size, "collectives": collectives(comm),
               "train_max_abs": float(np.abs(plain - bucketed).max()), "train_scale": float(np.abs(plain).max()),

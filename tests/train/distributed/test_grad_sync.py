@@ -6,7 +6,7 @@ from minitensor.autograd import backward
 from minitensor.optim import Adam, NoamSchedule
 from train.data.batching import shard
 from train.distributed import communicators
-from train.distributed.communicators import SingleProcess, abort_on_error, agree_on_signal, launched_by_mpi
+from train.distributed.communicators import SingleProcess, abort_on_error, agree_on_signal
 from train.distributed.grad_sync import GradSync, buckets
 from train.run.step import train_step
 from transformer import LabelSmoothingLoss, Transformer, TransformerConfig
@@ -122,14 +122,12 @@ def test_shard_gives_each_rank_an_equal_block_padded_with_empty_batches():
         assert [b for s in shares for b in s if b is not None] == update  # rank order = the global order
 
 
-def test_launch_detection_and_single_process_collectives():
-    assert not launched_by_mpi({"HOME": "/root"})
-    assert launched_by_mpi({"PMI_RANK": "0", "PMI_SIZE": "2"}) and launched_by_mpi({"OMPI_COMM_WORLD_SIZE": "8"})
-    assert launched_by_mpi({"PMIX_RANK": "3"})
+def test_single_process_collectives_leave_their_input():
     comm = SingleProcess()
     values = np.array([1.0, 2.0])
     assert comm.all_reduce(values) is values and comm.broadcast(values) is values
     assert agree_on_signal(comm, None) is None and agree_on_signal(comm, "SIGTERM") == "SIGTERM"
+    assert comm.all_gather_json({"a": 1}) == [{"a": 1}]
 
 
 def test_abort_on_error_names_the_rank_and_uses_the_exit_code(capsys, monkeypatch):

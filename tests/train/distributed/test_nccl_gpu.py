@@ -1,4 +1,4 @@
-"""The NCCL backend with one rank on a GPU (marked gpu: skipped visibly without CuPy, NCCL or mpi4py).
+"""The NCCL backend with one rank on a GPU (marked gpu: skipped visibly without a CuPy GPU or a loadable NCCL).
 
 Two NCCL ranks cannot share one GPU, so this is what one GPU can check: every collective,
 the bucketed all-reduce inside train_step, and `fit`, through NCCL exactly as on 8 GPUs.
@@ -13,19 +13,16 @@ from pathlib import Path
 import pytest
 
 import minitensor as mt
+from train.distributed.communicators import why_no_nccl
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def _why_not() -> str:
+    """What this test needs, checked as it is used: a CuPy GPU and a loadable NCCL (no MPI: one rank)."""
     if not mt.available("cupy"):
         return f"no CuPy GPU ({mt.why_unavailable('cupy')})"
-    try:
-        from cupy.cuda import nccl  # noqa: F401
-        import mpi4py  # noqa: F401
-    except ImportError as err:
-        return f"needs cupy.cuda.nccl and mpi4py ({err})"
-    return ""
+    return why_no_nccl()
 
 
 WHY = _why_not()

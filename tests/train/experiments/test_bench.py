@@ -4,6 +4,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+import minitensor as mt
+from cli_helpers import assert_one_line_error, run_cli
+
 ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -25,3 +30,9 @@ def test_bench_refuses_mixed_precision_on_cpu():
     done = subprocess.run([sys.executable, "-m", "train", "bench", "--backend", "cpu", "--precision", "fp16",
                            "--no-peer"], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 2 and "error:" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.skipif(mt.available("cuda"), reason="a GPU is here")
+def test_bench_on_a_missing_backend_is_one_line():
+    """`bench --backend cuda` without a GPU: one error line, as `fit` says it, not a traceback."""
+    assert_one_line_error(run_cli("bench", "--backend", "cuda", "--no-peer"), "--backend cuda is not available here")

@@ -26,7 +26,7 @@ TINY = [
     "task.n_train=100", "task.n_valid=8", "task.n_test=8",
     "tokenizer.vocab_size=80",
     "model.N=1", "model.d_model=16", "model.d_ff=32", "model.h=2", "model.max_len=64",
-    "train.max_tokens=256", "train.accum=2", "train.warmup_steps=4", "train.backend=numpy",
+    "train.max_tokens=256", "train.tokens_per_update=512", "train.warmup_steps=4", "train.backend=numpy",
     "train.log_every=1", "train.valid_every=0", "train.valid_bleu_sentences=4", "train.valid_beam=1",
     "train.ckpt_every=3", "train.keep_last=5", "train.average_last=2", "train.threads=1",
 ]
