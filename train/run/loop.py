@@ -105,7 +105,7 @@ def _backend_name(run_config: RunConfig) -> str:
 # ------------------------------------------------------------------ validation
 def validate(model, loss_fn, prepared: Prepared, run_config: RunConfig) -> dict:
     """Validation loss and perplexity over the whole split, BLEU on its first sentences (greedy or beam)."""
-    split, train = prepared.valid, run_config.train
+    split, train, decode = prepared.valid, run_config.train, run_config.decode
     model.eval()
     loss_sum = nll_sum = 0.0
     n_tokens = 0
@@ -122,9 +122,8 @@ def validate(model, loss_fn, prepared: Prepared, run_config: RunConfig) -> dict:
               "ppl": math.exp(min(nll_sum / n_tokens, 50.0))}
     n = min(train.valid_bleu_sentences, len(split.src_ids))
     if n:
-        hyps = translate_ids(model, split.src_ids[:n], beam=train.valid_beam, alpha=run_config.decode.alpha,
-                             max_len_b=run_config.decode.max_len_b, max_tokens=run_config.decode.max_tokens,
-                             early_stop=run_config.decode.early_stop)
+        hyps = translate_ids(model, split.src_ids[:n], beam=train.valid_beam, alpha=decode.alpha,
+                             max_len_b=decode.max_len_b, max_tokens=decode.max_tokens, early_stop=decode.early_stop)
         scores = corpus_scores([prepared.tokenizer.decode(h) for h in hyps], split.tgt_text[:n])
         result.update(bleu=scores.bleu, exact_match=scores.exact_match, bleu_sentences=n)
     return result
