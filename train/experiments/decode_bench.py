@@ -9,8 +9,9 @@ Models (each skipped, with the reason said, when what it needs is missing):
 
 Each model is exported to CTranslate2 (train/evaluate/export_ct2.py) and both decode the
 same sentences, greedy and beam 4 (α 0.6), with the same thread count (ours: BLAS and
-Numba; CTranslate2: intra_threads, one translator). Ours is `translate_ids`, what
-`python -m train translate` runs. CTranslate2 gets our batches (length-sorted, the same
+Numba; CTranslate2: intra_threads, one translator, Intel MKL's products: _ct2_at_its_best).
+Ours is `translate_ids`, what `python -m train translate` runs; CTranslate2 runs in a process of
+its own (in ours, its threads slowed our decoding), timed there. CTranslate2 gets our batches (length-sorted, the same
 source-token budget) with each batch's length limit as its `max_decoding_length`; an
 untrained model never says EOS, so both decode to the limit. Repeats interleave the two
 (ours first on even repeats, CTranslate2 first on odd ones); the report gives the medians of
@@ -23,6 +24,9 @@ Benchmarks report; they never assert.
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
+import platform
 import statistics
 import sys
 import tempfile
@@ -81,60 +85,107 @@ def _limits(sources, max_len: int, max_len_b: int = 50) -> np.ndarray:
     return np.minimum(np.array([len(s) + 1 for s in sources]) + max_len_b, max_len)
 
 
+def _ct2_at_its_best() -> str:
+    """CTranslate2's float32 matrix products as fast as its Linux x86-64 wheel can do them: Intel MKL.
+
+    The wheel takes MKL only on Intel CPUs unless CT2_USE_MKL says otherwise; on this project's AMD
+    EPYC machine its other path made the demo's greedy decoding ~15x slower (README, "Serving a
+    trained model"). A CT2_USE_MKL the user set is kept; CTranslate2 reads it once, at its first
+    translator in the process. Returns what the report records.
+    """
+    if platform.system() == "Linux" and platform.machine() == "x86_64":
+        os.environ.setdefault("CT2_USE_MKL", "1")
+    return os.environ.get("CT2_USE_MKL", "CTranslate2's default")
+
+
 def _timed(fn):
     wall, cpu = time.perf_counter(), time.process_time()
     out = fn()
     return out, time.perf_counter() - wall, time.process_time() - cpu
 
 
-def bench_model(name: str, model, tokenizer, lines: list[str], sentences: int, repeats: int, threads: int,
-                say=print) -> dict:
+def _serve_ct2(conn, model_dir: str, threads: int, pieces: list[str]) -> None:
+    """The CTranslate2 process: load the model, then decode (batches, limits, beam) requests until None."""
     import ctranslate2
 
+    translator = ctranslate2.Translator(model_dir, device="cpu", inter_threads=1, intra_threads=threads)
+    conn.send("loaded")
+    while (request := conn.recv()) is not None:
+        batches, limits, beam = request
+        conn.send(_timed(lambda: [ct2_translate(translator, batch, pieces, beam=beam, max_length=limit)
+                                  for batch, limit in zip(batches, limits)]))
+
+
+class _Ct2Process:
+    """CTranslate2 in a process of its own: in ours, its OpenMP/MKL threads slowed our decoding 2-10x
+    (README, "Serving a trained model"). Times are taken in that process, CPU seconds its own."""
+
+    def __init__(self, model_dir: Path, threads: int, pieces: list[str]):
+        context = multiprocessing.get_context("spawn")                    # nothing of ours in it
+        self.conn, theirs = context.Pipe()
+        self.process = context.Process(target=_serve_ct2, args=(theirs, str(model_dir), threads, pieces), daemon=True)
+        self.process.start()
+        self.conn.recv()
+
+    def decode(self, batches: list[list[list[int]]], limits: list[int], beam: int):
+        """(outputs per batch, wall seconds, CPU seconds) of CTranslate2 decoding the batches."""
+        self.conn.send((batches, limits, beam))
+        return self.conn.recv()
+
+    def close(self) -> None:
+        self.conn.send(None)
+        self.process.join(timeout=60)
+
+
+def bench_model(name: str, model, tokenizer, lines: list[str], sentences: int, repeats: int, threads: int,
+                say=print) -> dict:
     ids = [s for s in tokenizer.encode_batch(lines[:sentences]) if s]
     limits = _limits(ids, model.config.max_len)
     lengths = [len(s) + 1 for s in ids]
     batches = make_batches(lengths, lengths, max(MAX_TOKENS, max(lengths)), max_sentences=1024)  # translate's
     pieces = [tokenizer.processor.id_to_piece(i) for i in range(tokenizer.vocab_size)]
+    ct2_use_mkl = _ct2_at_its_best()
     with tempfile.TemporaryDirectory() as folder:
-        translator = ctranslate2.Translator(str(export(model, tokenizer, Path(folder) / "ct2")), device="cpu",
-                                            inter_threads=1, intra_threads=threads)
+        ct2 = _Ct2Process(export(model, tokenizer, Path(folder) / "ct2"), threads, pieces)
 
     def theirs(beam):
+        per_batch, wall, cpu = ct2.decode([[ids[i] for i in batch] for batch in batches],
+                                          [int(limits[batch].max()) for batch in batches], beam)
         outputs = [None] * len(ids)
-        for batch in batches:
-            batch_out = ct2_translate(translator, [ids[i] for i in batch], pieces, beam=beam,
-                                      max_length=int(limits[batch].max()))
+        for batch, batch_out in zip(batches, per_batch):
             for i, out in zip(batch, batch_out):
                 outputs[i] = out
-        return outputs
+        return outputs, wall, cpu
 
-    result = dict(model=name, sentences=len(ids), threads=threads, repeats=repeats,
+    result = dict(model=name, sentences=len(ids), threads=threads, repeats=repeats, ct2_use_mkl=ct2_use_mkl,
                   d_model=model.config.d_model, N=model.config.N, vocab=model.config.vocab_size)
-    with cpu_threads(threads):
-        for beam in BEAMS:
-            ours_one = lambda: translate_ids(model, ids, beam=beam, alpha=0.6)   # noqa: E731
-            theirs_one = lambda: theirs(beam)                                    # noqa: E731
-            ours_one(), theirs_one()                                             # untimed: compiles, warm caches
-            runs = {"ours": [], "ct2": []}
-            for r in range(repeats):
-                for who in (("ours", "ct2") if r % 2 == 0 else ("ct2", "ours")):
-                    outputs, wall, cpu = _timed(ours_one if who == "ours" else theirs_one)
-                    runs[who].append((wall, cpu, outputs))
-                say(f"  {name} beam {beam} repeat {r + 1}/{repeats}: ours {runs['ours'][-1][0]:.2f} s, "
-                    f"CTranslate2 {runs['ct2'][-1][0]:.2f} s")
-            entry = {}
-            for clock, index in (("wall", 0), ("cpu", 1)):
-                ours_s, ct2_s = [run[index] for run in runs["ours"]], [run[index] for run in runs["ct2"]]
-                ratios = [a / b for a, b in zip(ours_s, ct2_s)]
-                entry.update({f"ours_{clock}_s": statistics.median(ours_s), f"ct2_{clock}_s": statistics.median(ct2_s),
-                              f"ratio_{clock}": statistics.median(ours_s) / statistics.median(ct2_s),
-                              f"ratio_{clock}_range": [min(ratios), max(ratios)]})
-            if beam == 1:                                  # CTranslate2 may go on to its batch's limit
-                ours_out, ct2_out = runs["ours"][0][2], runs["ct2"][0][2]
-                entry["same_outputs"] = sum(a == (b[:limit] if len(a) == limit else b)
-                                            for a, b, limit in zip(ours_out, ct2_out, limits))
-            result["greedy" if beam == 1 else f"beam{beam}"] = entry
+    try:
+        with cpu_threads(threads):
+            for beam in BEAMS:
+                ours_one = lambda: translate_ids(model, ids, beam=beam, alpha=0.6)   # noqa: E731
+                ours_one(), theirs(beam)                                             # untimed: compiles, warm caches
+                runs = {"ours": [], "ct2": []}
+                for r in range(repeats):
+                    for who in (("ours", "ct2") if r % 2 == 0 else ("ct2", "ours")):
+                        outputs, wall, cpu = _timed(ours_one) if who == "ours" else theirs(beam)
+                        runs[who].append((wall, cpu, outputs))
+                    say(f"  {name} beam {beam} repeat {r + 1}/{repeats}: ours {runs['ours'][-1][0]:.2f} s, "
+                        f"CTranslate2 {runs['ct2'][-1][0]:.2f} s")
+                entry = {}
+                for clock, index in (("wall", 0), ("cpu", 1)):
+                    ours_s, ct2_s = [run[index] for run in runs["ours"]], [run[index] for run in runs["ct2"]]
+                    ratios = [a / b for a, b in zip(ours_s, ct2_s)]
+                    entry.update({f"ours_{clock}_s": statistics.median(ours_s),
+                                  f"ct2_{clock}_s": statistics.median(ct2_s),
+                                  f"ratio_{clock}": statistics.median(ours_s) / statistics.median(ct2_s),
+                                  f"ratio_{clock}_range": [min(ratios), max(ratios)]})
+                if beam == 1:                                  # CTranslate2 may go on to its batch's limit
+                    ours_out, ct2_out = runs["ours"][0][2], runs["ct2"][0][2]
+                    entry["same_outputs"] = sum(a == (b[:limit] if len(a) == limit else b)
+                                                for a, b, limit in zip(ours_out, ct2_out, limits))
+                result["greedy" if beam == 1 else f"beam{beam}"] = entry
+    finally:
+        ct2.close()
     return result
 
 
@@ -181,11 +232,12 @@ def format_report(results: list[dict]) -> str:
             lines.append(f"  {r['model']}: skipped ({r['skipped']})")
             continue
         lines.append(f"  {r['model']} (d_model {r['d_model']}, N {r['N']}, vocab {r['vocab']}), {r['sentences']} "
-                     f"sentences, {r['threads']} threads, {r['repeats']} repeats:")
+                     f"sentences, {r['threads']} threads, {r['repeats']} repeats, CT2_USE_MKL={r['ct2_use_mkl']}:")
         for key in ("greedy", "beam4"):
             e = r[key]
             same = f", {e['same_outputs']}/{r['sentences']} outputs equal" if "same_outputs" in e else ""
-            lines.append(f"    {key:6s} wall {e['ours_wall_s']:7.2f} s / {e['ct2_wall_s']:7.2f} s = {e['ratio_wall']:.2f} "
+            lines.append(f"    {key:6s} wall {e['ours_wall_s']:7.2f} s / {e['ct2_wall_s']:7.2f} s "
+                         f"= {e['ratio_wall']:.2f} "
                          f"(repeats {e['ratio_wall_range'][0]:.2f}-{e['ratio_wall_range'][1]:.2f}); "
                          f"cpu {e['ours_cpu_s']:7.2f} s / {e['ct2_cpu_s']:7.2f} s = {e['ratio_cpu']:.2f}{same}")
     return "\n".join(lines)

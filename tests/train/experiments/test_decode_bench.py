@@ -18,7 +18,7 @@ def test_bench_model_times_both_and_counts_equal_greedy_outputs(words_tokenizer)
     lines = [" ".join(f"w{(7 * i + j) % 200}" for j in range(1 + i % 5)) for i in range(12)]
     result = decode_bench.bench_model("tiny", model, words_tokenizer, lines, sentences=10, repeats=2, threads=1,
                                       say=lambda message: None)
-    assert result["sentences"] == 10 and result["threads"] == 1
+    assert result["sentences"] == 10 and result["threads"] == 1 and result["ct2_use_mkl"]
     for key in ("greedy", "beam4"):
         entry = result[key]
         assert entry["ours_wall_s"] > 0 and entry["ct2_wall_s"] > 0 and entry["ratio_cpu"] > 0
