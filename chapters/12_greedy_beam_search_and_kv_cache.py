@@ -41,7 +41,7 @@ import numpy as np
 import minitensor as mt
 from _common import FAST, fails, finish, one_cpu_thread, show
 from minitensor import optim
-from transformer import LabelSmoothingLoss, Transformer, TransformerConfig, beam_search, greedy_decode
+from transformer import LabelSmoothingLoss, Transformer, TransformerConfig, beam_search, fast_search, greedy_decode
 from transformer.masks import subsequent_mask
 from transformer.search import length_penalty
 
@@ -144,10 +144,16 @@ assert sequence_log_prob(trap, beam_out) > sequence_log_prob(trap, greedy_out), 
 # the first k **finishes** a hypothesis (its score is log P / lp(|Y|), EOS
 # counted); the best k others stay live. Stop when k hypotheses have finished
 # or at the maximum length (live ones are then finished as they are). Return
-# the best finished one. Beam 1 is greedy.
+# the best finished one. Beam 1 is greedy. (Stopping at k finished is the
+# simplest rule, the library's `early_stop=True`; section 7 shows why the
+# library by default decodes on, as the paper's code does.)
 
 # %%
-def beam_search_scratch(table, max_len, k, alpha):
+def k_finished(finished, live, t, k, alpha, max_len):
+    return len(finished) >= k                                       # the stopping rule of this section
+
+
+def beam_search_scratch(table, max_len, k, alpha, stop=k_finished):
     live = [(0.0, [])]                                              # (log P, tokens)
     finished = []                                                   # (score, tokens)
     for t in range(1, max_len + 1):                                 # t = length after this step
@@ -162,7 +168,7 @@ def beam_search_scratch(table, max_len, k, alpha):
                 live.append((value, toks + [tok]))
         if t == max_len:                                            # §6.1 maximum length reached
             finished += [(value / length_penalty(t, alpha), toks) for value, toks in live]
-        if len(finished) >= k or t == max_len:
+        if t == max_len or stop(finished, live, t, k, alpha, max_len):
             break
     return max(finished, key=lambda f: f[0])[1]
 
@@ -178,10 +184,10 @@ for trial in range(3 if FAST else 10):
         lib_wide = beam_search(model, src_trial, beam=300, alpha=alpha, max_len_b=2)[0]
         assert lib_wide == best, f"trial {trial} α={alpha}: a beam wider than all prefixes must find the optimum"
         for k in (1, 2, 4):
-            assert beam_search(model, src_trial, beam=k, alpha=alpha, max_len_b=2)[0] == \
+            assert beam_search(model, src_trial, beam=k, alpha=alpha, max_len_b=2, early_stop=True)[0] == \
                 beam_search_scratch(table, 4, k, alpha), f"trial {trial} α={alpha} k={k}: library vs scratch"
-    assert beam_search(model, src_trial, beam=1, max_len_b=2) == greedy_decode(model, src_trial, max_len_b=2), \
-        "beam 1 is greedy"
+    assert beam_search(model, src_trial, beam=1, max_len_b=2, early_stop=True) == \
+        greedy_decode(model, src_trial, max_len_b=2), "beam 1 is greedy"
 
 # %% [markdown]
 # ## 4. The length penalty
@@ -434,7 +440,8 @@ class Recompute:
 recomputed_beam = beam_search(Recompute(net), test_src[:40], beam=4, alpha=0.6, max_len_b=5)
 
 # %% CHECK
-assert beam_search(net, test_src, beam=1, max_len_b=5) == greedy_out, "beam search with k = 1 is greedy decoding"
+assert beam_search(net, test_src, beam=1, max_len_b=5, early_stop=True) == greedy_out, \
+    "beam search with k = 1 (stopped at the first finished hypothesis) is greedy decoding"
 mt.assert_close(model_log_prob(net, test_src[:40], beam_out[:40]), model_log_prob(net, test_src[:40], recomputed_beam),
                 name="beam search with the cache vs recomputing every prefix (log P of the outputs)", atol=1e-3)
 assert mode_match["beam 4"] > mode_match["greedy"] + 0.3, f"beam 4 must find the most probable output far more often: {mode_match}"
@@ -443,10 +450,119 @@ assert log_p["beam 4"].mean() > log_p["greedy"].mean() + 0.5, f"beam 4 must scor
 assert sure_greedy == sure_beam == sure_modes, "where the model is sure, greedy already finds the best output"
 
 # %% [markdown]
+# ## 7. When to stop
+#
+# Section 3 stops a sentence as soon as k hypotheses have finished. That is
+# quick, and on the demo's number task it is wrong once in 500 sentences:
+# "twelve" is four subword pieces in German (zw·ö·l·f) and "twenty" one
+# (zwanzig), so on test sentence 92 four poor hypotheses, each a piece or more
+# shorter, finish while the right one, by far the most probable (log P = −0.91),
+# is still live. The search stops and returns "zwanzig" (score −3.78) where
+# greedy decoding found "zwölf" (−0.43).
+#
+# tensor2tensor, the code behind the paper's numbers ("terminate early when
+# possible", §6.1), stops only when no live hypothesis can still win. The bound
+# is cheap: every further token multiplies in a probability ≤ 1, so log P only
+# falls, and lp grows with length up to lp(L) at the length limit L. A live
+# hypothesis with log P = ℓ (≤ 0) can therefore at best score ℓ / lp(L) (for
+# α ≥ 0). Once the worst finished hypothesis we keep scores at least that much,
+# decoding more cannot change the answer. The library does this by default;
+# `early_stop=True` keeps section 3's rule for speed. In section 3's
+# `beam_search_scratch` the rule is the `stop` argument; here is the bound as one.
+#
+# The same trap in a bigram table: after BOS, the right path 4 4 4 4 4 is likely
+# at every step (0.9 each, then EOS), and at each step token 5 branches off
+# (0.1) and ends at once. Each of those short outputs ranks among the best four
+# candidates and finishes, so four have finished before the right one ends.
+
+# %%
+def no_live_one_can_win(finished, live, t, k, alpha, max_len):
+    """Stop when the best live hypothesis, at its best possible score, cannot beat a finished one."""
+    if not live:
+        return True
+    best_possible = live[0][0] / max(length_penalty(t + 1, alpha), length_penalty(max_len, alpha))
+    return max(score for score, _ in finished or [(-np.inf, None)]) >= best_possible
+
+
+late = np.full((V, V), 1e-12)
+late[BOS, 4], late[BOS, 5] = 0.9, 0.1                               # the right path: 4 (0.9 each step)
+late[4, 4], late[4, 5] = 0.9, 0.1                                   # ... and 5 branches off every time
+late[5, EOS], late[5, 6] = 0.9, 0.1                                 # 5 ends at once: a short, poor output
+late[6, EOS], late[EOS, EOS] = 1.0, 1.0
+late = np.log(late / late.sum(1, keepdims=True))
+
+
+ending = np.full(V, 1e-12)
+ending[EOS], ending[4:] = 0.9, 0.1 / (V - 4)
+ending = np.log(ending / ending.sum())                              # after the 5th 4: EOS (0.9)
+
+
+class LateEnd(BigramModel):
+    """The table above, except that the 5th token 4 in a row is followed by `ending`: the right output ends."""
+
+    def init_cache(self, src_ids, memory, beam):
+        self.run = np.zeros(len(src_ids) * beam, dtype=int)        # how many 4s each row has in a row
+        return self
+
+    def reorder(self, rows):
+        self.run = self.run[rows]
+
+    def decode_step(self, cache, tokens):
+        tokens = np.asarray(tokens)
+        self.run = np.where(tokens == 4, self.run + 1, 0)
+        logp = self.table[tokens].copy()                            # (n, V)
+        logp[self.run == 5] = ending
+        return logp
+
+
+late_model, late_src = LateEnd(late), np.array([[4, 4, 4, 4, 4]])
+outputs = {"greedy": greedy_decode(late_model, late_src)[0],
+           "beam 4, stop at 4 finished": beam_search(late_model, late_src, beam=4, early_stop=True)[0],
+           "beam 4, stop when no live one can win": beam_search(late_model, late_src, beam=4)[0]}
+for name, out in outputs.items():
+    print(f"{name:38s} {out}")
+
+# %% CHECK
+assert outputs["greedy"] == [4] * 5, "greedy follows the likely path to its end"
+assert outputs["beam 4, stop at 4 finished"] != [4] * 5, "four short outputs finish first: the old rule stops"
+assert outputs["beam 4, stop when no live one can win"] == [4] * 5, "the bound keeps decoding until it ends"
+bound_rng = np.random.default_rng(5)
+for trial in range(3 if FAST else 10):
+    table = random_table(V, bound_rng)
+    for k in (1, 2, 4):
+        assert beam_search(BigramModel(table), np.array([[4, 5]]), beam=k, alpha=0.6, max_len_b=2)[0] == \
+            beam_search_scratch(table, 4, k, 0.6, stop=no_live_one_can_win), f"trial {trial} k={k}: library vs scratch"
+
+# %% [markdown]
+# The bound does not make beam search exact: a hypothesis that leaves the beam
+# is gone, so beam k can still lose to greedy when k other prefixes crowd the
+# greedy one out (as the decoys of exercise 2 crowd out the key). What it removes
+# is the one loss that was not the beam's fault: a hypothesis still in the beam,
+# dropped because others finished first.
+#
+# `python -m train translate` runs these searches on a CPU as
+# `transformer/fast_search.py`: the same decisions on the same numbers, with the
+# keys and values written once into an arena and hypotheses moved by copying
+# index rows instead of section 5's per-step concatenation and `reorder` copies,
+# the beams of a sentence sharing its encoder-decoder keys, and finished
+# sentences leaving the batch. On section 6's network it must find outputs
+# exactly as probable as the searches of this chapter.
+
+# %%
+fast_greedy = fast_search.greedy_decode(net, test_src, max_len_b=5)
+fast_beam = fast_search.beam_search(net, test_src, beam=4, alpha=0.6, max_len_b=5)
+
+# %% CHECK
+mt.assert_close(model_log_prob(net, test_src, fast_greedy), log_p["greedy"], atol=1e-4,
+                name="log P of the fast greedy outputs vs this chapter's")
+mt.assert_close(model_log_prob(net, test_src, fast_beam), log_p["beam 4"], atol=1e-4,
+                name="log P of the fast beam-4 outputs vs this chapter's")
+
+# %% [markdown]
 # ## Summary
 # - The key/value cache makes a decoding step cost one position: earlier positions' keys and values never change under the causal mask.
 # - Greedy commits to each token; beam search keeps k candidates and wins when the best output starts with a less likely token; where the model is sure they agree.
-# - Finished hypotheses are compared by log P / ((5 + |Y|)/6)^α (§6.1, α = 0.6); test search on a model you can solve by brute force.
+# - Finished hypotheses are compared by log P / ((5 + |Y|)/6)^α (§6.1, α = 0.6); stop only when no live one can still win; test search on a model you can solve by brute force.
 #
 # ## Exercises
 # 1. **Predict, then run.** With α = 0.6, which scores higher: a 10-token output with log P = −3.0 or a

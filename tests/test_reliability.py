@@ -430,6 +430,7 @@ def test_fit_max_tokens_zero_or_negative(tmp_path, value):
     ("--beam", "0", "--beam must be at least 1, got 0"),
     ("--max-tokens", "0", "--max-tokens must be at least 1, got 0"),
     ("--max-tokens", "-3", "--max-tokens must be at least 1, got -3"),
+    ("--threads", "0", "--threads must be at least 1, got 0"),
 ])
 def test_translate_bad_decoding_options(tiny_run, flag, value, message):
     ckpt = list_checkpoints(tiny_run)[-1]

@@ -14,6 +14,8 @@
     python -m train plot RUN_DIR                                   PNG curves (+ attention heat-map)
     python -m train export-tensorboard RUN_DIR                     metrics.jsonl as TensorBoard scalars (fit --tensorboard: live)
     python -m train bench [--backend cpu|numpy|cuda] [--precision fp32|bf16|fp16]   one step, ours vs PyTorch
+    python -m train bench --decode [--ckpt CKPT --src FILE]        translation time, ours vs CTranslate2
+    python -m train export --format ctranslate2 --ckpt CKPT --out DIR   serve a trained model with CTranslate2
     python -m train scale [--backend cpu|cuda] [--step-ms MS] [--link nvlink4|pcie5|GBPS]   1-8 GPU projection
     python -m train doctor                                         versions, devices, backends
     python -m train ablate --grid table3 --config configs/X.toml [--rows A,D] [--steps N] [--list]
@@ -52,11 +54,15 @@ def _add_decoding(parser: argparse.ArgumentParser, beam: int = 4, alpha: float =
     parser.add_argument("--max-len-b", type=int, default=max_len_b,
                         help=f"longest output = source length + this (default {max_len_b}, {section})")
     parser.add_argument("--max-tokens", type=int, default=4096, help="source tokens per decoding batch")
+    parser.add_argument("--early-stop", action="store_true",
+                        help="stop a sentence's beam search once --beam hypotheses have finished (faster; by default "
+                             "it goes on while a live hypothesis can still win, as tensor2tensor does)")
     parser.add_argument("--tokenizer", type=Path, default=None,
                         help="tokenizer.model (default: the one in the checkpoint's run directory)")
     parser.add_argument("--backend", default="cpu", help="numpy, numba, cupy, cpu or cuda (default cpu)")
-    parser.add_argument("--threads", type=int, default=0,
-                        help="CPU threads for BLAS and Numba (default 0: the libraries' choice)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="CPU threads for BLAS and Numba (default 4, at most the cores this process may use; "
+                             "printed on stderr)")
 
 
 def _add_paper_recipe(parser: argparse.ArgumentParser) -> None:
@@ -217,7 +223,28 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--host-only", action="store_true",
                        help="with --backend cuda: time the step's Python at full size with every device call "
                             "recorded and none made (no GPU needed): host ms, launches, GB and TFLOP per step")
+    decode = bench.add_argument_group("--decode: translation time, ours beside CTranslate2 (train/experiments/"
+                                      "decode_bench.py; needs pip install -e \".[ct2]\")")
+    decode.add_argument("--decode", action="store_true",
+                        help="time greedy and beam-4 translation, ours and CTranslate2's, on the same weights")
+    decode.add_argument("--models", default="demo,base",
+                        help="demo (the trained runs/demo) and/or base (d_model 512, N 6, untrained, newstest2014) "
+                             "(default demo,base)")
+    decode.add_argument("--ckpt", type=Path, default=None, help="instead of --models: this checkpoint ...")
+    decode.add_argument("--src", type=Path, default=None, help="... on these sentences, one a line")
+    decode.add_argument("--demo-dir", type=Path, default=Path("runs/demo"), help="the demo run (default runs/demo)")
+    decode.add_argument("--sentences", type=int, default=0, help="first N sentences (default: demo 500, base 200)")
+    decode.add_argument("--repeats", type=int, default=3, help="timed repeats of each, interleaved (default 3)")
+    decode.add_argument("--threads", type=int, default=2, help="threads for each system (default 2)")
     _add_debug(bench)
+
+    export = commands.add_parser("export", help="write a checkpoint as a CTranslate2 model (serving a trained model)")
+    export.add_argument("--format", choices=["ctranslate2"], required=True, help="ctranslate2 (the only one)")
+    export.add_argument("--ckpt", type=Path, required=True, help="a checkpoint (.safetensors)")
+    export.add_argument("--out", type=Path, required=True, help="a new directory for the model")
+    export.add_argument("--tokenizer", type=Path, default=None,
+                        help="tokenizer.model (default: the one in the checkpoint's run directory)")
+    _add_debug(export)
 
     ablate = commands.add_parser("ablate", help="train Table 3's model variations (§6.2) and compare with the paper")
     ablate.add_argument("--grid", choices=["table3", "recipe"], default="table3",

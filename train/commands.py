@@ -15,13 +15,13 @@ from pathlib import Path
 from tqdm import tqdm
 
 from train import config as config_lib
-from train.data.files import iter_lines, write_atomic
+from train.data.files import iter_lines, output_writer, write_atomic
 from train.errors import InputError
 from train.evaluate.scores import corpus_scores
 from train.run import checkpointing
 from train.run.manifest import Manifest
 from train.run.run_data import recorded_file
-from train.threads import cpu_threads
+from train.threads import cpu_threads, decoding_threads
 from transformer.checkpoint import CheckpointError
 
 
@@ -108,12 +108,23 @@ def prepare(args) -> int:
 
 def _check_decoding(args) -> None:
     """Decoding options that would silently do something else (beam 0 = greedy) are errors."""
-    for flag, value in (("--beam", args.beam), ("--max-tokens", args.max_tokens), ("--max-len-b", args.max_len_b)):
+    for flag, value in (("--beam", args.beam), ("--max-tokens", args.max_tokens), ("--max-len-b", args.max_len_b),
+                        ("--threads", 1 if args.threads is None else args.threads)):
         if value < (0 if flag == "--max-len-b" else 1):
             raise InputError(f"{flag} must be {'0 or more' if flag == '--max-len-b' else 'at least 1'}, got {value}")
     nbest = getattr(args, "nbest", 0)
     if nbest and not 1 <= nbest <= args.beam:
         raise InputError(f"--nbest must be between 1 and --beam ({args.beam}), got {nbest}")
+
+
+@contextlib.contextmanager
+def _decoding_threads(args, on_stdout: bool = True):
+    """A fixed number of CPU threads for decoding (--threads, default train/threads.py's), said on stdout
+    (or, where stdout carries the translations, on stderr if a person watches it, as progress bars are)."""
+    with cpu_threads(decoding_threads(args.threads)) as threads:
+        if on_stdout or sys.stderr.isatty():
+            print(f"CPU threads: {', '.join(threads)}", file=sys.stdout if on_stdout else sys.stderr, flush=True)
+        yield
 
 
 def _progress(total: int, what: str) -> tqdm:
@@ -132,8 +143,8 @@ def translate(args) -> int:
     lines = read_source(args.input) if args.input is not None else None
     model, tokenizer = _load(args)
     options = dict(beam=args.beam, alpha=args.alpha, max_len_b=args.max_len_b, max_tokens=args.max_tokens,
-                   nbest=args.nbest)
-    with cpu_threads(args.threads), _output(args.output, args.force) as write:
+                   nbest=args.nbest, early_stop=args.early_stop)
+    with _decoding_threads(args, on_stdout=False), output_writer(args.output, args.force) as write:
         if lines is None:  # a line in, a line out
             stdin = sys.stdin.fileno()
             translate_stream(model, tokenizer, lambda n: os.read(stdin, n), write, **options)
@@ -141,28 +152,6 @@ def translate(args) -> int:
         with _progress(len(lines), "translating") as bar:
             translate_in_chunks(model, tokenizer, lines, write, where=str(args.input), on_batch=bar.update, **options)
     return 0
-
-
-@contextlib.contextmanager
-def _output(path: Path | None, force: bool):
-    """A write(text) function for stdout or a new file (an existing one only with `force`), flushed as it goes."""
-    if path is None:
-        def write(text: str) -> None:
-            sys.stdout.write(text)
-            sys.stdout.flush()
-        yield write
-        return
-    try:
-        out = open(path, "w" if force else "x", encoding="utf-8")
-    except FileExistsError:
-        raise InputError(f"{path}: exists; pass --force to overwrite it or choose another output file") from None
-    except OSError as err:
-        raise InputError(f"{path}: cannot write ({err.strerror or err})") from None
-    with out:
-        def write(text: str) -> None:
-            out.write(text)
-            out.flush()
-        yield write
 
 
 def _references(src: Path, ref: Path) -> tuple[list[str], list[str]]:
@@ -193,11 +182,11 @@ def evaluate(args) -> int:
     if args.out is not None and args.out.exists():
         raise InputError(f"{args.out}: exists; choose another --out (nothing is overwritten)")
     model, tokenizer = _load(args)
-    with cpu_threads(args.threads), _progress(len(sources), "translating") as bar, \
-            _output(args.out, False) if args.out is not None else contextlib.nullcontext(lambda text: None) as write:
+    with _decoding_threads(args), _progress(len(sources), "translating") as bar, \
+            output_writer(args.out, False) if args.out is not None else contextlib.nullcontext(lambda text: None) as write:
         hyps = translate_in_chunks(model, tokenizer, sources, write, beam=args.beam, alpha=args.alpha,
                                    max_len_b=args.max_len_b, max_tokens=args.max_tokens, where=str(args.src),
-                                   on_batch=bar.update)
+                                   on_batch=bar.update, early_stop=args.early_stop)
     print(corpus_scores(hyps, refs, paper=args.paper_recipe).format())
     return 0
 
@@ -278,7 +267,7 @@ def _demo_test(run_config, run_dir: Path, result) -> None:
     decode = run_config.decode
     print(f"decoding {len(test.src_ids)} test sentences: beam {decode.beam}, alpha {decode.alpha} (§6.1)")
     hyp_ids = translate_ids(model, test.src_ids, beam=decode.beam, alpha=decode.alpha,
-                            max_len_b=decode.max_len_b, max_tokens=decode.max_tokens)
+                            max_len_b=decode.max_len_b, max_tokens=decode.max_tokens, early_stop=decode.early_stop)
     hyps = [tokenizer.decode(h) for h in hyp_ids]
     Manifest.load(run_dir).write_bytes("test.hyp", "".join(h + "\n" for h in hyps).encode("utf-8"))
     scores = corpus_scores(hyps, test.tgt_text)
@@ -294,14 +283,34 @@ def _demo_test(run_config, run_dir: Path, result) -> None:
 
 
 def bench(args) -> int:
-    """Time one training step, ours and the PyTorch peer's in the same run (train/experiments/bench.py)."""
+    """Time one training step, ours and the PyTorch peer's in the same run (train/experiments/bench.py);
+    with --decode, translation, ours and CTranslate2's (train/experiments/decode_bench.py)."""
     from train.experiments import bench as bench_lib
 
+    if args.decode:
+        from train.experiments import decode_bench
+
+        if args.repeats < 1 or args.threads < 1 or args.sentences < 0:
+            raise InputError("--repeats and --threads must be at least 1, --sentences 0 or more")
+        decode_bench.run(args.ckpt, args.src, args.models, args.sentences, args.repeats, args.threads,
+                         args.demo_dir, args.json)
+        return 0
     backend = args.backend
     preset = args.preset or ("base" if backend in ("cuda", "cupy", "gpu") else "cpu")
     bench_lib.run(preset, backend=backend, precision=args.precision, steps=args.steps, warmup=args.warmup,
                   peer=not args.no_peer, batch=args.batch, profile=args.profile, as_json=args.json,
                   host_only=args.host_only)
+    return 0
+
+
+def export(args) -> int:
+    """A checkpoint as a CTranslate2 model directory (train/evaluate/export_ct2.py)."""
+    from train.evaluate.export_ct2 import export as export_ct2
+
+    model, tokenizer = checkpointing.load_for_inference(args.ckpt, tokenizer_path=args.tokenizer, backend="numpy")
+    out = export_ct2(model, tokenizer, args.out)
+    print(f"wrote {out} (CTranslate2: ctranslate2.Translator({str(out)!r}); the vocabulary is the tokenizer's "
+          f"pieces, so feed it tokenizer.pieces(sentence))")
     return 0
 
 
@@ -346,10 +355,10 @@ def parse_eval(args) -> int:
     gold = parsing.read_gold(gold_path)
     model, tokenizer = _load(args)
     start = time.perf_counter()
-    with cpu_threads(args.threads), _progress(len(gold), "parsing") as bar:
+    with _decoding_threads(args), _progress(len(gold), "parsing") as bar:
         outputs = translate_lines(model, tokenizer, [" ".join(tree.words()) for tree in gold], beam=args.beam,
                                   alpha=args.alpha, max_len_b=args.max_len_b, max_tokens=args.max_tokens,
-                                  where=str(gold_path), on_batch=bar.update)
+                                  where=str(gold_path), on_batch=bar.update, early_stop=args.early_stop)
     parses, repaired = parsing.parses_from_outputs(outputs, gold)
     print(f"parsed {len(parses)} sentences of {gold_path} in {time.perf_counter() - start:.0f} s (beam {args.beam}, "
           f"α {args.alpha}, at most input + {args.max_len_b} tokens); {repaired} outputs needed repair")
@@ -379,4 +388,4 @@ def ablate(args) -> int:
 
 
 __all__ = ["fit", "prepare", "translate", "evaluate", "score", "average", "export_tensorboard", "plot", "demo", "bench",
-           "doctor", "ablate", "scale", "evalb", "parse_eval"]
+           "export", "doctor", "ablate", "scale", "evalb", "parse_eval"]

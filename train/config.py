@@ -145,6 +145,7 @@ class DecodeConfig:
     alpha: float = 0.6
     max_len_b: int = 50
     max_tokens: int = 4096  # source tokens per decoding batch
+    early_stop: bool = False  # stop a sentence once `beam` hypotheses finished (faster; transformer/search.py)
 
     def __post_init__(self):
         for name in ("beam", "max_len_b", "max_tokens"):

@@ -8,12 +8,23 @@ Numba has `numba.set_num_threads`. NumPy's bundled OpenBLAS has no Python API,
 so we call its `*_set_num_threads*` function through ctypes in the library that
 is already loaded in this process (what threadpoolctl does, without the dependency).
 `cpu_threads(n)` sets both for a `with` block and restores them afterwards.
+
+The guard against oversubscription: never more threads than the cores this process
+may run on (a larger request is lowered, with a warning), and a note in what
+`cpu_threads` reports when other programs already keep the cores busy (load average),
+since then even that many threads wait for each other. Decoding (`translate`,
+`evaluate`, `parse-eval`) uses a fixed count, `decoding_threads()`, printed when it
+starts, as training prints its own.
 """
 
 import contextlib
 import ctypes
+import os
 import re
+import warnings
 from pathlib import Path
+
+DECODE_THREADS = 4  # decoding's default, at most the usable cores (CTranslate2's default intra_threads is 4 too)
 
 _OPENBLAS_NAMES = (("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
                    ("openblas_set_num_threads64_", "openblas_get_num_threads64_"),
@@ -51,15 +62,43 @@ def _numba():
         return None
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity; all of them where that is unknown)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def decoding_threads(requested: int | None = None) -> int:
+    """Threads for decoding: `requested` when given, else DECODE_THREADS, at most the usable cores."""
+    return requested if requested else min(DECODE_THREADS, usable_cores())
+
+
+def _guard(n: int) -> int:
+    """n, lowered (with a warning) to the cores this process may use."""
+    cores = usable_cores()
+    if n > cores:
+        warnings.warn(f"{n} CPU threads requested but this process may use {cores} cores; using {cores} "
+                      f"(more threads than cores wait for each other)", stacklevel=3)
+    return min(n, cores)
+
+
+def busy_note() -> str | None:
+    """A note when other programs keep the machine's cores busy (1-minute load average ≥ cores), else None."""
+    load, machine = (os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0), os.cpu_count() or 1
+    if load < machine:
+        return None
+    return f"the machine is busy (load {load:.1f} on {machine} cores: threads will also wait for other programs)"
+
+
 @contextlib.contextmanager
 def cpu_threads(n: int):
-    """Run the block with `n` BLAS and Numba threads (n = 0: leave them as they are).
+    """Run the block with `n` BLAS and Numba threads (n = 0: leave them as they are), at most the usable cores.
 
-    Yields a short description of what was set, e.g. ["numba 1", "openblas 1"].
+    Yields a short description of what was set, e.g. ["numba 1", "openblas 1"], and busy_note() if any.
     """
     if n <= 0:
         yield []
         return
+    n = _guard(n)
     numba, blas = _numba(), _openblas_functions()
     before_numba = numba.get_num_threads() if numba else None
     before_blas = [int(getter()) for _, getter in blas]
@@ -70,6 +109,9 @@ def cpu_threads(n: int):
     for setter, _ in blas:
         setter(ctypes.c_int(n))
         done.append(f"openblas {n}")
+    note = busy_note()
+    if note:
+        done.append(note)
     try:
         yield done
     finally:

@@ -15,14 +15,22 @@ Conventions (chosen and documented):
 - Padding and BOS are never generated.
 - Each step takes the 2k best continuations of a sentence's k live hypotheses; an EOS
   continuation ranked among the first k finishes a hypothesis (frozen: never extended
-  again), the best k others stay live. With k = 1 this is exactly greedy decoding.
-- A sentence stops when it has k finished hypotheses, when it reaches L, or when no
-  live hypothesis can beat its best finished one: extending a hypothesis only lowers
-  log P (≤ 0), so a live one with log-prob ℓ at length t can at best score
-  ℓ / max(lp(t+1), lp(L)) (for α ≥ 0 that is ℓ / lp(L)).
+  again), the best k others stay live.
+- When to stop (§6.1 "terminate early when possible", as tensor2tensor's beam search, the
+  code behind the paper's numbers, does it): a sentence stops at L, or when no live
+  hypothesis can still beat the finished ones. Extending a hypothesis only lowers log P
+  (≤ 0), so the best live one, with log-prob ℓ at length t, can at best score
+  ℓ / max(lp(t+1), lp(L)) (for α ≥ 0 that is ℓ / lp(L), tensor2tensor's bound); the search
+  stops once the worst finished hypothesis it keeps scores at least that.
+- `early_stop=True` stops sooner, as soon as k hypotheses have finished (the rule of many
+  toolkits, fast): a live hypothesis that would have won is then lost, so beam k can
+  return a worse score than greedy (the demo's test sentence 92: four poor hypotheses
+  finish first while the greedy path is still live). With early_stop, beam 1 is exactly
+  greedy decoding; without it, beam 1 may go on past greedy's EOS and find a better score.
 - `beam_search_nbest(..., nbest=K)` returns the K best finished hypotheses with their
-  scores (K ≤ k); the early stop then waits for K finished ones and compares the bound
-  with the K-th best score instead of the best. K = 1 is `beam_search`.
+  scores (K ≤ k). It keeps those K, so "the worst it keeps" is the K-th best (tensor2tensor
+  keeps k and compares with the k-th; the returned list is the same, and ours stops no later).
+  K = 1 is `beam_search`.
 
 The model interface used here is small, so a stub can stand in for tests:
 `model.config` (pad_id, bos_id, eos_id, max_len), `model.encode(src_ids)`,
@@ -109,21 +117,32 @@ def greedy_decode(model, src_ids, max_len_b: int = 50) -> list[list[int]]:
     return outputs
 
 
-def beam_search(model, src_ids, beam: int = 4, alpha: float = 0.6, max_len_b: int = 50) -> list[list[int]]:
+def beam_search(model, src_ids, beam: int = 4, alpha: float = 0.6, max_len_b: int = 50,
+                early_stop: bool = False) -> list[list[int]]:
     """§6.1 beam search (k = beam) with lp(|Y|) = ((5+|Y|)/6)^α; returns the best finished hypothesis per sentence."""
-    return [hyps[0][1] if hyps else [] for hyps in beam_search_nbest(model, src_ids, beam, alpha, max_len_b, 1)]
+    return best_of(beam_search_nbest(model, src_ids, beam, alpha, max_len_b, 1, early_stop))
 
 
-def beam_search_nbest(model, src_ids, beam: int = 4, alpha: float = 0.6, max_len_b: int = 50,
-                      nbest: int = 1) -> list[list[tuple[float, list[int]]]]:
-    """§6.1 beam search; per sentence the `nbest` best finished hypotheses as (score, tokens), best first.
+def best_of(nbest_lists) -> list[list[int]]:
+    """The tokens of the best hypothesis of each n-best list ([] where none finished)."""
+    return [hyps[0][1] if hyps else [] for hyps in nbest_lists]
 
-    score = log P(Y | X) / lp(|Y|), the quantity the search ranks by (§6.1).
-    """
+
+def _check_beam(beam: int, nbest: int) -> None:
     if beam < 1:
         raise ValueError(f"beam must be >= 1, got {beam}")
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest must be between 1 and the beam size {beam}, got {nbest}")
+
+
+def beam_search_nbest(model, src_ids, beam: int = 4, alpha: float = 0.6, max_len_b: int = 50,
+                      nbest: int = 1, early_stop: bool = False) -> list[list[tuple[float, list[int]]]]:
+    """§6.1 beam search; per sentence the `nbest` best finished hypotheses as (score, tokens), best first.
+
+    score = log P(Y | X) / lp(|Y|), the quantity the search ranks by (§6.1).
+    early_stop: stop a sentence as soon as k hypotheses have finished (faster; see the module docstring).
+    """
+    _check_beam(beam, nbest)
     cfg, k = model.config, beam
     src = _to_host(src_ids)
     limits = _max_lengths(model, src, max_len_b)                           # (B,)
@@ -176,13 +195,11 @@ def beam_search_nbest(model, src_ids, beam: int = 4, alpha: float = 0.6, max_len
                     for value, parent, token in live:
                         finish(b, value / length_penalty(t, alpha), history[b, parent].tolist() + [token])
                     done[b] = True
-                elif n_finished[b] >= k:
+                elif not live or (early_stop and n_finished[b] >= k):
                     done[b] = True
-                elif live:                                                 # §6.1 "terminate early when possible"
+                else:                                                      # §6.1 "terminate early when possible"
                     bound = live[0][0] / max(length_penalty(t + 1, alpha), length_penalty(limits[b], alpha))
-                    done[b] = kth_best(b) >= bound
-                else:
-                    done[b] = True
+                    done[b] = kth_best(b) >= bound                         # tensor2tensor: no live one can win
             if done.all():
                 break
             parents = rows - np.arange(B)[:, None] * k                     # (B, k) parent beam of each new row
@@ -192,3 +209,28 @@ def beam_search_nbest(model, src_ids, beam: int = 4, alpha: float = 0.6, max_len
             tokens = new_tokens.reshape(-1)                                # (n,)
             cache.reorder(rows.reshape(-1))
     return [[(float(score), tokens_) for score, tokens_ in hyps] for hyps in finished]
+
+
+def hypothesis_scores(model, src_ids, hyps: list[list[int]], alpha: float = 0.6, max_len_b: int = 50) -> np.ndarray:
+    """The §6.1 score log P(Y | X) / lp(|Y|) of given outputs (no BOS/EOS), one teacher-forced pass.
+
+    EOS is counted in |Y| and in P unless the output reached its length limit (the search
+    then finishes it as it is). Log-probs as the search computes them (float32, no pad/BOS).
+    """
+    cfg = model.config
+    src = _to_host(src_ids)
+    limits = _max_lengths(model, src, max_len_b)                           # (B,)
+    full = [list(y) + ([cfg.eos_id] if len(y) < limit else []) for y, limit in zip(hyps, limits)]
+    T = max(1, max(len(y) for y in full))
+    tgt_in = np.full((len(full), T), cfg.pad_id, dtype=np.int64)          # (B, T): BOS y_1 ... y_{T-1}
+    tgt_out = np.full((len(full), T), cfg.pad_id, dtype=np.int64)         # (B, T): y_1 ... y_T
+    for b, y in enumerate(full):
+        tgt_in[b, :len(y)] = [cfg.bos_id] + y[:-1]
+        tgt_out[b, :len(y)] = y
+    with _inference(model):
+        logits = model(src_ids, tgt_in)                                    # (B, T, V)
+    logp, _ = _log_probs(_to_host(logits.data).reshape(-1, logits.shape[-1]), cfg)   # (B·T, V)
+    picked = np.take_along_axis(logp.reshape(len(full), T, -1), tgt_out[:, :, None], axis=2)[:, :, 0]
+    lengths = np.array([len(y) for y in full])
+    total = np.where(np.arange(T)[None, :] < lengths[:, None], picked.astype(np.float64), 0.0).sum(axis=1)
+    return total / length_penalty(lengths, alpha)

@@ -4,7 +4,10 @@ import itertools
 import numpy as np
 import pytest
 
-from transformer.search import beam_search, beam_search_nbest, greedy_decode, length_penalty
+from hypothesis import given
+from hypothesis import strategies as st
+
+from transformer.search import beam_search, beam_search_nbest, greedy_decode, hypothesis_scores, length_penalty
 from transformer_helpers import random_ids, small_model
 
 BOS, EOS, A, B = 2, 3, 4, 5
@@ -138,12 +141,16 @@ def test_max_output_length_is_source_length_plus_max_len_b():
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_beam_one_equals_greedy_on_a_real_model(seed):
+def test_beam_one_with_early_stop_equals_greedy_on_a_real_model(seed):
     model = small_model(backend="numpy", seed=seed, vocab_size=9)
     src = random_ids(np.random.default_rng(seed), 4, 5, 9, lengths=[5, 3, 4, 1])
     model.train()
-    assert beam_search(model, src, beam=1, max_len_b=6) == greedy_decode(model, src, max_len_b=6)
+    greedy = greedy_decode(model, src, max_len_b=6)
+    assert beam_search(model, src, beam=1, max_len_b=6, early_stop=True) == greedy
     assert model.training, "search restores the training flag"
+    searched = hypothesis_scores(model, src, beam_search(model, src, beam=1, max_len_b=6), max_len_b=6)
+    assert np.all(searched >= hypothesis_scores(model, src, greedy, max_len_b=6) - 1e-5), \
+        "without early_stop, beam 1 goes on past greedy's EOS only to find something better"
 
 
 def test_batched_beam_search_equals_one_sentence_at_a_time(backend):
@@ -197,3 +204,61 @@ def test_nbest_waits_for_k_finished_before_stopping_early():
     hyps = beam_search_nbest(TreeModel(probs), np.array([[7]]), beam=4, max_len_b=50, nbest=3)[0]
     assert [tokens for _, tokens in hyps] == [[], [A], [B]]
     assert hyps[1][0] == pytest.approx(np.log(0.005 * 0.5) / length_penalty(2, 0.6))
+
+
+def greedy_path_with_four_early_finishes():
+    """The demo's test sentence 92 in miniature. The right output, A A A A A, is likely at every step
+    (0.9 each, then EOS 0.9: log P = -0.63). At each of its prefixes B branches off (0.1) and ends at once
+    (EOS 0.9): each of those poor hypotheses ranks among the best 4 candidates and finishes, so 4 have
+    finished after step 5, before the right one ends at step 6."""
+    def probs(prefix):
+        if prefix and prefix[-1] == B:
+            return {EOS: 0.9, A: 0.05, B: 0.05}
+        if prefix == (A,) * 5:
+            return {EOS: 0.9, A: 0.05, B: 0.05}
+        return {A: 0.9, B: 0.1}
+    return probs
+
+
+def test_four_early_finishes_do_not_end_the_search():
+    """Issue #33: beam 4 returned "zwanzig" (score -3.78) where greedy found "zwölf" (-0.43) because four poor
+    hypotheses had finished while the greedy path was still live. Decoding goes on until no live hypothesis
+    can beat a finished one (tensor2tensor's rule), so beam 4 is never below greedy here."""
+    probs, src = greedy_path_with_four_early_finishes(), np.array([[7, 7, 7]])
+    greedy = greedy_decode(TreeModel(probs), src)[0]
+    assert greedy == [A] * 5
+    best = beam_search_nbest(TreeModel(probs), src, beam=4)[0][0]
+    assert best[1] == greedy
+    assert best[0] == pytest.approx(TreeModel(probs).sequence_log_prob([A] * 5 + [EOS]) / length_penalty(6, 0.6))
+    early = beam_search_nbest(TreeModel(probs), src, beam=4, early_stop=True)[0][0]
+    assert early[1] != greedy and early[0] < best[0] - 1.0, "early_stop keeps the old rule: 4 finished, stop"
+
+
+@given(seed=st.integers(0, 2**31), k=st.integers(1, 4), alpha=st.sampled_from([0.0, 0.6, 1.5]))
+def test_stopping_later_never_scores_lower(seed, k, alpha):
+    """Both rules extend the same live hypotheses (finishing one never changes which stay live); the
+    tensor2tensor rule only decodes more steps, so its best finished score is at least early_stop's, and
+    the two differ only where it found something strictly better. At k = 1 that includes greedy's output."""
+    model, src = random_tree(seed), np.array([[7, 7]])
+    full = beam_search_nbest(model, src, beam=k, alpha=alpha, max_len_b=4)[0][0]
+    early = beam_search_nbest(model, src, beam=k, alpha=alpha, max_len_b=4, early_stop=True)[0][0]
+    assert full[0] >= early[0] - 1e-6
+    assert full[1] == early[1] or full[0] > early[0] + 1e-7
+    if k == 1:
+        greedy = greedy_decode(model, src, max_len_b=4)[0]
+        ended = greedy + ([EOS] if len(greedy) < 6 else [])
+        assert full[0] >= model.sequence_log_prob(ended) / length_penalty(len(ended), alpha) - 1e-5
+
+
+def test_hypothesis_scores_are_the_scores_the_search_ranks_by():
+    """One teacher-forced pass gives log P(Y | X) / lp(|Y|) as beam search computed it step by step,
+    EOS counted, except for outputs cut at the length limit."""
+    model = small_model(backend="numpy", seed=4, vocab_size=9)
+    src = random_ids(np.random.default_rng(4), 4, 5, 9, lengths=[5, 3, 4, 1])
+    hyps = beam_search_nbest(model, src, beam=3, max_len_b=4, nbest=3)
+    flat = [(b, score, tokens) for b, ranked in enumerate(hyps) for score, tokens in ranked]
+    rescored = [hypothesis_scores(model, src[b:b + 1], [tokens], max_len_b=4)[0] for b, _, tokens in flat]
+    np.testing.assert_allclose(rescored, [score for _, score, _ in flat], rtol=1e-5)
+    limits = (src != 0).sum(axis=1) + 4
+    assert any(len(tokens) == limits[b] for b, _, tokens in flat), "a hypothesis cut at the limit (no EOS) is scored"
+    assert any(len(tokens) < limits[b] for b, _, tokens in flat), "and one that ended with EOS"

@@ -8,9 +8,11 @@ Python strings, skipping empty pairs and, optionally, pairs that are too long.
 Files are UTF-8, one sentence a line; a name ending in `.gz` is read through
 gzip. Every problem with the input raises `InputError` naming the file (and the
 line, where there is one). Lines are stripped of surrounding whitespace.
+`output_writer` writes output as it comes, to stdout or a new file (never over one unless forced).
 
 """
 
+import contextlib
 import gzip
 import os
 import resource
@@ -171,3 +173,25 @@ def write_atomic(path: str | Path, data: bytes) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def output_writer(path: Path | None, force: bool):
+    """A write(text) function for stdout or a new file (an existing one only with `force`), flushed as it goes."""
+    if path is None:
+        def write(text: str) -> None:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        yield write
+        return
+    try:
+        out = open(path, "w" if force else "x", encoding="utf-8")
+    except FileExistsError:
+        raise InputError(f"{path}: exists; pass --force to overwrite it or choose another output file") from None
+    except OSError as err:
+        raise InputError(f"{path}: cannot write ({err.strerror or err})") from None
+    with out:
+        def write(text: str) -> None:
+            out.write(text)
+            out.flush()
+        yield write

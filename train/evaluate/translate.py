@@ -8,6 +8,8 @@ translates to an empty line, so output and input always pair up: a line that is 
 UTF-8 gives an empty output line and a warning naming it, a line longer than the model's
 positions is cut to fit (and named), and every other line is translated. A file is
 translated a chunk of lines at a time, and each chunk's output is written as it is done.
+On the CPU the searches are transformer/fast_search.py's (the same outputs as
+transformer/search.py's, several times faster).
 
 `translate_stream` does the same for a stream that a person or a program writes
 line by line (stdin): it waits for one line, takes whatever else has already
@@ -30,7 +32,13 @@ from pathlib import Path
 import minitensor as mt
 from train.data.batching import make_batches, pad_batch
 from train.errors import InputError
-from transformer.search import beam_search, beam_search_nbest, greedy_decode
+from transformer import fast_search, search
+
+
+def _searches(model):
+    """fast_search where the model runs on NumPy arrays (tests/transformer/test_fast_search.py: the same
+    outputs), search.py elsewhere (the GPU)."""
+    return fast_search if fast_search.supports(model) else search
 
 CHUNK_LINES = 2000  # a file is translated (sorted by length, batched) and written this many lines at a time
 
@@ -47,7 +55,7 @@ def _decode_batches(model, sources: Sequence[Sequence[int]], decode: Callable, m
     model.eval()
     try:
         with mt.no_grad():
-            for batch in make_batches(lengths, lengths, budget, max_sentences=256):
+            for batch in make_batches(lengths, lengths, budget, max_sentences=1024):
                 src = pad_batch([with_eos[i] for i in batch], pad)  # (B, S)
                 for i, hyp in zip(batch, decode(src)):
                     outputs[i] = hyp
@@ -59,26 +67,32 @@ def _decode_batches(model, sources: Sequence[Sequence[int]], decode: Callable, m
 
 
 def translate_ids(model, sources: Sequence[Sequence[int]], beam: int = 4, alpha: float = 0.6,
-                  max_len_b: int = 50, max_tokens: int = 4096,
-                  on_batch: Callable[[int], None] | None = None) -> list[list[int]]:
+                  max_len_b: int = 50, max_tokens: int = 4096, on_batch: Callable[[int], None] | None = None,
+                  early_stop: bool = False) -> list[list[int]]:
     """Token ids out (no BOS/EOS) for token ids in (no EOS: it is appended here), same order.
 
     The model is put in eval mode (no dropout) and restored afterwards; `on_batch(n)` is
-    called after each batch of n sentences (a progress bar's update).
+    called after each batch of n sentences (a progress bar's update); `early_stop`: beam search
+    stops a sentence once `beam` hypotheses finished (transformer/search.py).
     """
+    searches = _searches(model)
+
     def decode(src):
         if beam > 1:
-            return beam_search(model, src, beam=beam, alpha=alpha, max_len_b=max_len_b)
-        return greedy_decode(model, src, max_len_b=max_len_b)
+            return searches.beam_search(model, src, beam=beam, alpha=alpha, max_len_b=max_len_b, early_stop=early_stop)
+        return searches.greedy_decode(model, src, max_len_b=max_len_b)
     return [[int(t) for t in hyp] for hyp in _decode_batches(model, sources, decode, max_tokens, on_batch)]
 
 
 def translate_ids_nbest(model, sources: Sequence[Sequence[int]], nbest: int, beam: int = 4, alpha: float = 0.6,
-                        max_len_b: int = 50, max_tokens: int = 4096,
-                        on_batch: Callable[[int], None] | None = None) -> list[list[tuple[float, list[int]]]]:
+                        max_len_b: int = 50, max_tokens: int = 4096, on_batch: Callable[[int], None] | None = None,
+                        early_stop: bool = False) -> list[list[tuple[float, list[int]]]]:
     """The `nbest` best (score, ids) per sentence, best first (beam search even at beam 1)."""
+    searches = _searches(model)
+
     def decode(src):
-        return beam_search_nbest(model, src, beam=beam, alpha=alpha, max_len_b=max_len_b, nbest=nbest)
+        return searches.beam_search_nbest(model, src, beam=beam, alpha=alpha, max_len_b=max_len_b, nbest=nbest,
+                                          early_stop=early_stop)
     return _decode_batches(model, sources, decode, max_tokens, on_batch)
 
 
@@ -97,7 +111,8 @@ def _encode_lines(tokenizer, lines: Sequence[str], limit: int, where: str, first
 
 def translate_lines(model, tokenizer, lines: Sequence[str], beam: int = 4, alpha: float = 0.6,
                     max_len_b: int = 50, max_tokens: int = 4096, where: str = "input", nbest: int = 0,
-                    first_line: int = 1, on_batch: Callable[[int], None] | None = None) -> list[str]:
+                    first_line: int = 1, on_batch: Callable[[int], None] | None = None,
+                    early_stop: bool = False) -> list[str]:
     """Translate sentences; returns one output line per input line, in order (with `nbest`: the n-best
     records of every input line, see the module docstring; an empty line gives one record with score 0).
 
@@ -107,7 +122,8 @@ def translate_lines(model, tokenizer, lines: Sequence[str], beam: int = 4, alpha
     if not lines:
         raise InputError(f"{where}: empty input, nothing to translate")
     keep, ids = _encode_lines(tokenizer, lines, model.config.max_len - 1, where, first_line)  # one position for EOS
-    options = dict(beam=beam, alpha=alpha, max_len_b=max_len_b, max_tokens=max_tokens, on_batch=on_batch)
+    options = dict(beam=beam, alpha=alpha, max_len_b=max_len_b, max_tokens=max_tokens, on_batch=on_batch,
+                   early_stop=early_stop)
     if not nbest:
         outputs = [""] * len(lines)
         for i, hyp in zip(keep, translate_ids(model, ids, **options) if keep else []):
@@ -146,7 +162,7 @@ def translate_stream(model, tokenizer, read: Callable[[int], bytes], write: Call
     `read(n)` returns up to n bytes, b"" at the end (e.g. `lambda n: os.read(0, n)`). Returns the
     number of lines read; an empty stream is an InputError, a line that is not UTF-8 an empty output
     line and a warning.
-    `options` are translate_lines' (beam, alpha, max_len_b, max_tokens, nbest).
+    `options` are translate_lines' (beam, alpha, max_len_b, max_tokens, nbest, early_stop).
     """
     arrived: queue.Queue = queue.Queue()
     threading.Thread(target=_read_lines, args=(read, arrived), daemon=True).start()

@@ -54,7 +54,8 @@ def validate(model, loss_fn, prepared: Prepared, run_config: RunConfig) -> dict:
     n = min(train.valid_bleu_sentences, len(split.src_ids))
     if n:
         hyps = translate_ids(model, split.src_ids[:n], beam=train.valid_beam, alpha=run_config.decode.alpha,
-                             max_len_b=run_config.decode.max_len_b, max_tokens=run_config.decode.max_tokens)
+                             max_len_b=run_config.decode.max_len_b, max_tokens=run_config.decode.max_tokens,
+                             early_stop=run_config.decode.early_stop)
         scores = corpus_scores([prepared.tokenizer.decode(h) for h in hyps], split.tgt_text[:n], paper=None)
         result.update(bleu=scores.bleu, exact_match=scores.exact_match, bleu_sentences=n)
     return result

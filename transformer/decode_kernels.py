@@ -1,0 +1,237 @@
+"""The three CPU kernels of fast decoding (transformer/fast_search.py), each beside its NumPy reference.
+
+Shapes: n rows being decoded (B·k), P positions decoded so far, B sentences, S source length,
+D = d_model, H heads, K = D/H, R rows of a key/value arena, V vocab, W = width (candidates a row).
+
+self_attention_step  §3.2.1 Eq. (1) for one new query per row over its P cached keys/values.
+    The cache is an arena that only grows: step p writes its n rows once, and `rows[i, p]`
+    names the arena row that holds position p of row i's hypothesis. Beam search moves a
+    hypothesis by copying its (P,) row of indices, never its keys and values.
+cross_attention_step §3.2.3 encoder-decoder attention: row i reads its sentence's (S, D)
+    keys/values (`sentence[i]`), shared by the sentence's k beams instead of tiled k times.
+log_softmax_topk     the log-softmax over the vocabulary and the W best tokens of each row in
+    one kernel: two passes over a row's logits instead of NumPy's eight over all of them.
+    Padding and BOS count in the normaliser but are never chosen, as in transformer/search.py.
+add_layernorm        §3.1 LayerNorm(x + Sublayer(x)) in one pass over the rows (post-norm's residual).
+
+version 1 of each (the only one): one prange iteration per row, fastmath loops in the input's
+dtype that LLVM vectorises (all heads of a key row at once, rows read where they lie).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from minitensor.kernels.numba_math import exp_like
+
+FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}
+
+
+# --- references (NumPy, float64 accumulation) ------------------------------------------------
+def self_attention_step_ref(q, keys, values, rows, heads):
+    """q (n, D), keys/values (R, D), rows (n, P) -> (n, D): softmax(q·k_p / √K) v_p over p < P."""
+    n, D = q.shape
+    K = D // heads
+    qh = q.astype(np.float64).reshape(n, heads, 1, K)                     # (n, H, 1, K)
+    kh = keys[rows].astype(np.float64).reshape(n, -1, heads, K).transpose(0, 2, 3, 1)   # (n, H, K, P)
+    vh = values[rows].astype(np.float64).reshape(n, -1, heads, K).transpose(0, 2, 1, 3)  # (n, H, P, K)
+    scores = (qh @ kh) / math.sqrt(K)                                    # (n, H, 1, P)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    return (weights @ vh).reshape(n, D).astype(q.dtype)                  # (n, H, 1, K) -> (n, D)
+
+
+def cross_attention_step_ref(q, keys, values, sentence, valid, heads):
+    """q (n, D), keys/values (B, S, D), sentence (n,), valid (B, S) bool -> (n, D)."""
+    n, D = q.shape
+    K = D // heads
+    qh = q.astype(np.float64).reshape(n, heads, 1, K)
+    kh = keys[sentence].astype(np.float64).reshape(n, -1, heads, K).transpose(0, 2, 3, 1)   # (n, H, K, S)
+    vh = values[sentence].astype(np.float64).reshape(n, -1, heads, K).transpose(0, 2, 1, 3)  # (n, H, S, K)
+    scores = (qh @ kh) / math.sqrt(K)                                    # (n, H, 1, S)
+    scores = np.where(valid[sentence][:, None, None, :], scores, -np.inf)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    return (weights @ vh).reshape(n, D).astype(q.dtype)
+
+
+def add_layernorm_ref(x, y, gamma, beta, eps):
+    """LayerNorm(x + y) over the last axis, biased variance, float64 statistics."""
+    z = x.astype(np.float64) + y
+    mean = z.mean(-1, keepdims=True)
+    return ((z - mean) / np.sqrt(((z - mean) ** 2).mean(-1, keepdims=True) + eps) * gamma + beta).astype(x.dtype)
+
+
+def log_softmax_topk_ref(logits, width, banned):
+    """(values (n, W) log-probs, best first, in logits' dtype; ids (n, W)); banned ids never chosen."""
+    z = logits.astype(np.float64)
+    logp = (z - (z.max(-1, keepdims=True) + np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1, keepdims=True))))
+    logp = logp.astype(logits.dtype)
+    logp[:, list(banned)] = -np.inf
+    ids = np.argsort(-logp, axis=1, kind="stable")[:, :width]             # ties: the lower id first
+    return np.take_along_axis(logp, ids, axis=1), ids
+
+
+# --- Numba --------------------------------------------------------------------------------------
+@njit(inline="always", fastmath=FASTMATH)
+def _softmax_rows(scores, length):
+    """In place: each row of scores[:, :length] becomes its softmax (an entry of -inf gets weight 0)."""
+    for h in range(scores.shape[0]):
+        top = scores[h, 0]
+        for p in range(length):
+            top = scores[h, p] if scores[h, p] > top else top
+        total = 0.0
+        for p in range(length):
+            e = exp_like(scores[h, p] - top, scores) if scores[h, p] > -np.inf else 0 * top
+            scores[h, p] = e
+            total += e
+        inv = scores.dtype.type(1.0 / total)
+        for p in range(length):
+            scores[h, p] *= inv
+
+
+@njit(inline="always", fastmath=FASTMATH)
+def _dot_heads(q_row, key, heads, scale, scores, p):
+    """scores[h, p] = scale · (q_row · key) over head h's K columns, for every head."""
+    K = q_row.shape[0] // heads
+    for h in range(heads):
+        s = 0 * scale
+        for c in range(K):                                             # (range(K): LLVM vectorises it)
+            s += q_row[h * K + c] * key[h * K + c]
+        scores[h, p] = s * scale
+
+
+@njit(inline="always", fastmath=FASTMATH)
+def _add_weighted(acc, weights, scores, p, value):
+    """acc += scores[h, p] · value over head h's columns, for every head (weights: scratch, D)."""
+    heads, K = scores.shape[0], acc.shape[0] // scores.shape[0]
+    for h in range(heads):
+        for c in range(K):
+            weights[h * K + c] = scores[h, p]
+    for c in range(acc.shape[0]):
+        acc[c] += weights[c] * value[c]
+
+
+@njit(cache=True, parallel=True, fastmath=FASTMATH)
+def self_attention_step_v1(q, keys, values, rows, heads, out):
+    n, D = q.shape
+    P = rows.shape[1]
+    scale = q.dtype.type(1.0 / math.sqrt(D // heads))
+    scores_of, weights_of = np.empty((n, heads, P), dtype=q.dtype), np.empty((n, D), dtype=q.dtype)   # scratch
+    for i in prange(n):
+        scores, weights, acc = scores_of[i], weights_of[i], out[i]        # (H, P), (D,), (D,)
+        for p in range(P):
+            _dot_heads(q[i], keys[rows[i, p]], heads, scale, scores, p)    # §3.2.1: q·k / √d_k
+        _softmax_rows(scores, P)
+        acc[:] = 0
+        for p in range(P):
+            _add_weighted(acc, weights, scores, p, values[rows[i, p]])     # Σ_p softmax(...)_p v_p
+
+
+@njit(cache=True, parallel=True, fastmath=FASTMATH)
+def cross_attention_step_v1(q, keys, values, sentence, valid, heads, out):
+    n, D = q.shape
+    S = keys.shape[1]
+    scale = q.dtype.type(1.0 / math.sqrt(D // heads))
+    scores_of, weights_of = np.empty((n, heads, S), dtype=q.dtype), np.empty((n, D), dtype=q.dtype)   # scratch
+    for i in prange(n):
+        b = sentence[i]
+        scores, weights, acc = scores_of[i], weights_of[i], out[i]        # (H, S), (D,), (D,)
+        length = 0                                                         # past the last real source token
+        for j in range(S):
+            length = j + 1 if valid[b, j] else length
+        for j in range(length):
+            _dot_heads(q[i], keys[b, j], heads, scale, scores, j)
+            if not valid[b, j]:
+                scores[:, j] = -np.inf                                     # padding inside: weight 0
+        _softmax_rows(scores, length)
+        acc[:] = 0
+        for j in range(length):
+            _add_weighted(acc, weights, scores, j, values[b, j])
+
+
+BLOCK = 16  # log_softmax_topk skips a block of logits whose largest cannot enter the best W
+
+
+@njit(cache=True, parallel=True, fastmath=FASTMATH)
+def log_softmax_topk_v1(logits, banned, out_values, out_ids):
+    n, V = logits.shape
+    W = out_values.shape[1]
+    neg_inf = logits.dtype.type(-np.inf)
+    for i in prange(n):
+        row = logits[i]
+        top = row[0]
+        for j in range(V):                                               # pass 1: max, then Σ exp
+            top = row[j] if row[j] > top else top                        # (a select vectorises; max() does not)
+        total = 0.0                                                      # float64 sum of (vectorised) exps
+        for j in range(V):
+            total += exp_like(row[j] - top, row)
+        shift = row.dtype.type(top + np.log(total))                      # log Σ exp(z), in z's dtype
+        vals, ids = out_values[i], out_ids[i]
+        for w in range(W):
+            vals[w], ids[w] = neg_inf, 0
+        for start in range(0, V, BLOCK):                                 # pass 2: insert into the best W
+            stop = min(start + BLOCK, V)
+            block_top = row[start]
+            for j in range(start, stop):
+                block_top = row[j] if row[j] > block_top else block_top
+            if block_top - shift <= vals[W - 1]:                         # (rounding keeps the order)
+                continue
+            for j in range(start, stop):
+                v = row[j] - shift
+                if v <= vals[W - 1] or banned[j]:                        # ties keep the lower id first
+                    continue
+                w = W - 1
+                while w > 0 and vals[w - 1] < v:
+                    vals[w], ids[w] = vals[w - 1], ids[w - 1]
+                    w -= 1
+                vals[w], ids[w] = v, j
+
+
+@njit(cache=True, parallel=True, fastmath=FASTMATH)
+def add_layernorm_v1(x, y, gamma, beta, eps, out):
+    n, D = x.shape
+    for i in prange(n):
+        z = out[i]
+        total = 0.0                                                      # float64 statistics, as minitensor's
+        for c in range(D):
+            z[c] = x[i, c] + y[i, c]
+            total += z[c]
+        mean = total / D
+        squares = 0.0
+        for c in range(D):
+            d = z[c] - mean
+            squares += d * d
+        mean_t, rstd_t = x.dtype.type(mean), x.dtype.type(1.0 / np.sqrt(squares / D + eps))
+        for c in range(D):
+            z[c] = (z[c] - mean_t) * rstd_t * gamma[c] + beta[c]
+
+
+# --- what fast_search.py calls --------------------------------------------------------------------
+def self_attention_step(q, keys, values, rows, heads):
+    out = np.empty_like(q)
+    self_attention_step_v1(q, keys, values, rows, heads, out)
+    return out
+
+
+def cross_attention_step(q, keys, values, sentence, valid, heads):
+    out = np.empty_like(q)
+    cross_attention_step_v1(q, keys, values, sentence, valid, heads, out)
+    return out
+
+
+def add_layernorm(x, y, gamma, beta, eps):
+    """LayerNorm(x + y) for x, y (n, D)."""
+    out = np.empty_like(x)
+    add_layernorm_v1(x, y, gamma, beta, eps, out)
+    return out
+
+
+def log_softmax_topk(logits, width, banned):
+    """logits (n, V) -> (values (n, W), ids (n, W)); banned: (V,) bool."""
+    values = np.empty((logits.shape[0], width), dtype=logits.dtype)
+    ids = np.empty((logits.shape[0], width), dtype=np.int64)
+    log_softmax_topk_v1(np.ascontiguousarray(logits), banned, values, ids)
+    return values, ids

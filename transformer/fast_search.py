@@ -1,0 +1,253 @@
+"""Greedy decoding and beam search on the CPU, fast: transformer/search.py's searches, the same outputs (§6.1).
+
+search.py is the spec (the chapters teach it); this file makes the same decisions on
+the same numbers, and tests/transformer/test_fast_search.py holds the two to equal
+outputs. Where search.py spends the time on a CPU, and what is done here instead:
+
+- the encoder and each decoder step run on the model's arrays directly (the same weights,
+  BLAS matmuls), one 2-D matmul per projection, not Tensor ops;
+- keys and values go into an arena that only grows (decode_kernels.py): no concatenation
+  per step, and beam search reorders hypotheses by copying (P,) index rows, not the
+  (P, D) keys and values of every layer;
+- encoder-decoder keys/values are projected once per sentence and shared by its k beams;
+- one kernel does the log-softmax and the top 2k of each row (decode_kernels.py);
+- the bookkeeping is vectorised over sentences (search.py loops over them in Python);
+- a sentence that is done leaves the batch; search.py carries it to the end.
+
+`supports(model)` says whether a model can run here (NumPy arrays, float32 or float64
+activations); train/evaluate/translate.py uses these searches then, search.py otherwise.
+
+Shapes: B sentences, k beam, n = rows being decoded, S source length, D = d_model, V vocab.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import decode_kernels
+from .search import _check_beam, _inference, _max_lengths, _to_host, best_of, length_penalty
+
+
+def supports(model) -> bool:
+    """True when the model's arrays are NumPy arrays and its activations float32 or float64."""
+    backend = getattr(model, "backend", None)
+    return (backend is not None and backend.xp is np and model.compute_dtype == model.param_dtype
+            and np.dtype(model.compute_dtype) in (np.float32, np.float64))
+
+
+def _linear(x, layer):
+    """§3.3 / §3.2.2 projections x W + b, as minitensor's Linear computes them; x (n, in)."""
+    out = x @ layer.weight.data
+    if layer.bias is not None:
+        out += layer.bias.data
+    return out
+
+
+class _Decoder:
+    """Figure 1's encoder once, then its decoder one position at a time for n rows, on raw arrays.
+
+    `step(tokens)` feeds each row its next token (BOS first) and returns the log-softmax's
+    best `width` tokens per row; `keep(rows)` makes row i of the next step continue the
+    hypothesis of row rows[i] (beam search's reordering; dropping done sentences too).
+    """
+
+    def __init__(self, model, src_ids, beam: int):
+        cfg = model.config
+        self.model, self.heads, self.pre_norm = model, cfg.h, cfg.norm == "pre"
+        src = _to_host(src_ids)
+        self.valid = np.ascontiguousarray(src != cfg.pad_id)               # (B, S): not padding
+        memory = self._encode(src)                                         # (B, S, D)
+        B, S, D = memory.shape
+        flat = memory.reshape(B * S, D)
+        self.cross = [(_linear(flat, layer.cross_attn.w_k).reshape(B, S, D),   # §3.2.3: once per sentence
+                       _linear(flat, layer.cross_attn.w_v).reshape(B, S, D)) for layer in model.decoder.layers]
+        self.sentence = np.repeat(np.arange(B), beam)                      # (n,) sentence of each row
+        self.rows = np.zeros((B * beam, 0), dtype=np.int64)                # (n, P) arena row of each position
+        self.fed = np.zeros(0, dtype=np.int64)                             # (R,) the token fed at each arena row
+        self.keys = [np.zeros((0, D), memory.dtype) for _ in model.decoder.layers]   # (R, D) per layer
+        self.values = [np.zeros((0, D), memory.dtype) for _ in model.decoder.layers]
+        self.used = 0
+        emb = model.embeddings
+        # §3.4's x Eᵀ with a contiguous (D, V) copy of Eᵀ: BLAS is faster on it than on the transposed view
+        self.output = np.ascontiguousarray(emb.shared.weight.data.T if emb.tie else emb.generator.weight.data)
+        self.banned = np.zeros(cfg.vocab_size, dtype=np.bool_)
+        self.banned[[cfg.pad_id, cfg.bos_id]] = True                       # never generated (search.py)
+
+    def _embed(self, ids, table, positions, offset: int):
+        """§3.4-§3.5: Embed(ids)·√d_model + PE[offset + t], as Transformer._embed (no dropout: eval)."""
+        x = table.weight.data[ids] * self.model.embeddings.scale           # (..., D)
+        pe = positions.table.data[offset:offset + (ids.shape[1] if ids.ndim == 2 else 1)]
+        return (x + pe.astype(x.dtype)).astype(self.model.compute_dtype)
+
+    def _norm(self, x, norm):
+        return self.model.backend.layernorm_forward(x, norm.gamma.data, norm.beta.data, norm.eps)[0]
+
+    def _sublayer(self, x, connection, sublayer, *args):
+        """§3.1: LayerNorm(x + Sublayer(x)); pre-norm (DEVIATION(§3.1)): x + Sublayer(LayerNorm(x))."""
+        norm = connection.norm
+        if self.pre_norm:
+            return x + sublayer(self._norm(x, norm), *args)
+        return decode_kernels.add_layernorm(x, sublayer(x, *args), norm.gamma.data, norm.beta.data, norm.eps)
+
+    @staticmethod
+    def _feed_forward(x, ffn):
+        return _linear(np.maximum(_linear(x, ffn.w_1), 0), ffn.w_2)       # §3.3, Eq. (2)
+
+    def _attend(self, y, attn, keys, values, sentence):
+        """§3.2.2 for query rows y over their sentence's keys/values (B, S, D), padding masked."""
+        heads = decode_kernels.cross_attention_step(_linear(y, attn.w_q), keys, values, sentence, self.valid,
+                                                    self.heads)
+        return _linear(heads, attn.w_o)
+
+    def _encode(self, src):
+        """The encoder stack (§3.1): each source position is a query row over its own sentence."""
+        model = self.model
+        emb = model.embeddings
+        B, S = src.shape
+        x = self._embed(src, emb.shared if emb.tie else emb.src, model.src_positions, 0).reshape(B * S, -1)
+        sentence = np.repeat(np.arange(B), S)                              # (B·S,) sentence of each position
+
+        def self_attention(y, attn):
+            keys, values = (_linear(y, attn.w_k).reshape(B, S, -1), _linear(y, attn.w_v).reshape(B, S, -1))
+            return self._attend(y, attn, keys, values, sentence)
+
+        for layer in model.encoder.layers:
+            x = self._sublayer(x, layer.sublayers[0], self_attention, layer.self_attn)
+            x = self._sublayer(x, layer.sublayers[1], self._feed_forward, layer.feed_forward)
+        if self.pre_norm:
+            x = self._norm(x, model.encoder.norm)                          # DEVIATION(§3.1): pre-norm's last norm
+        return x.reshape(B, S, -1)
+
+    def _arena_rows(self, n: int) -> slice:
+        """n fresh arena rows. A full arena doubles in place (realloc: large blocks are remapped, not
+        copied), so a row costs O(1) however long the search; nothing keeps a view of the old memory."""
+        if self.used + n > len(self.fed):
+            capacity = max(2 * len(self.fed), self.used + n, 16 * n)          # at first: 16 steps
+            for array in [self.fed, *self.keys, *self.values]:
+                array.resize((capacity, *array.shape[1:]), refcheck=False)
+        self.used += n
+        return slice(self.used - n, self.used)
+
+    def step(self, tokens, width: int):
+        """tokens (n,) at position P -> (log-probs (n, width), ids (n, width)), best first."""
+        model = self.model
+        fresh = self._arena_rows(len(tokens))
+        self.fed[fresh] = tokens
+        self.rows = np.concatenate([self.rows, np.arange(fresh.start, fresh.stop)[:, None]], axis=1)   # (n, P+1)
+        emb = model.embeddings
+        x = self._embed(tokens, emb.shared if emb.tie else emb.tgt, model.tgt_positions, self.rows.shape[1] - 1)
+
+        def self_attention(y, i, attn):                                    # §3.2.3: positions ≤ P, cached
+            self.keys[i][fresh], self.values[i][fresh] = _linear(y, attn.w_k), _linear(y, attn.w_v)
+            heads = decode_kernels.self_attention_step(_linear(y, attn.w_q), self.keys[i], self.values[i],
+                                                       self.rows, self.heads)
+            return _linear(heads, attn.w_o)
+
+        for i, layer in enumerate(model.decoder.layers):
+            keys, values = self.cross[i]
+            x = self._sublayer(x, layer.sublayers[0], self_attention, i, layer.self_attn)
+            x = self._sublayer(x, layer.sublayers[1], self._attend, layer.cross_attn, keys, values, self.sentence)
+            x = self._sublayer(x, layer.sublayers[2], self._feed_forward, layer.feed_forward)
+        if self.pre_norm:
+            x = self._norm(x, model.decoder.norm)                          # DEVIATION(§3.1): pre-norm's last norm
+        logits = x @ self.output                                           # §3.4, (n, D) @ (D, V) -> (n, V)
+        return decode_kernels.log_softmax_topk(logits.astype(np.float32), width, self.banned)   # float32, as search.py
+
+    def keep(self, rows) -> None:
+        """Row i continues the hypothesis of row rows[i]; rows not named are dropped."""
+        self.rows, self.sentence = self.rows[rows], self.sentence[rows]
+
+    def tokens(self, row: int) -> list[int]:
+        """The tokens row `row` has generated so far (the fed tokens after BOS)."""
+        return self.fed[self.rows[row, 1:]].tolist()
+
+
+def greedy_decode(model, src_ids, max_len_b: int = 50) -> list[list[int]]:
+    """search.greedy_decode, fast: the most probable next token at every step."""
+    cfg = model.config
+    limits = _max_lengths(model, _to_host(src_ids), max_len_b)             # (B,)
+    outputs = np.zeros((len(limits), int(limits.max(initial=0))), dtype=np.int64)   # (B, L)
+    lengths = np.zeros(len(limits), dtype=np.int64)                        # (B,) tokens generated
+    with _inference(model):
+        decoder = _Decoder(model, src_ids, 1)
+        active = np.arange(len(limits))                                    # the sentence of each row
+        tokens = np.full(len(limits), cfg.bos_id, dtype=np.int64)
+        for step in range(outputs.shape[1]):
+            if not len(active):
+                break
+            _, best = decoder.step(tokens, 1)
+            tokens = best[:, 0]                                            # (n,)
+            said = tokens != cfg.eos_id
+            outputs[active[said], step], lengths[active[said]] = tokens[said], step + 1
+            going = said & (step + 1 < limits[active])
+            decoder.keep(np.flatnonzero(going))
+            active, tokens = active[going], tokens[going]
+    return [row[:n].tolist() for row, n in zip(outputs, lengths)]
+
+
+def beam_search(model, src_ids, beam: int = 4, alpha: float = 0.6, max_len_b: int = 50,
+                early_stop: bool = False) -> list[list[int]]:
+    """search.beam_search, fast: the best finished hypothesis per sentence."""
+    return best_of(beam_search_nbest(model, src_ids, beam, alpha, max_len_b, 1, early_stop))
+
+
+def beam_search_nbest(model, src_ids, beam: int = 4, alpha: float = 0.6, max_len_b: int = 50,
+                      nbest: int = 1, early_stop: bool = False) -> list[list[tuple[float, list[int]]]]:
+    """search.beam_search_nbest, fast: the `nbest` best (score, tokens) per sentence, best first."""
+    _check_beam(beam, nbest)
+    cfg, k = model.config, beam
+    limits = _max_lengths(model, _to_host(src_ids), max_len_b)             # (B,)
+    B = len(limits)
+    row_width = min(2 * k, cfg.vocab_size)                                 # a row's best 2k hold the sentence's
+    width = min(2 * k, k * row_width)
+    finished = [[] for _ in range(B)]                                      # (score, tokens), best first
+    n_finished = np.zeros(B, dtype=int)
+
+    def finish(b: int, score: float, tokens: list[int]) -> None:
+        finished[b].append((score, tokens))
+        finished[b].sort(key=lambda entry: -entry[0])                       # stable: earlier wins ties
+        del finished[b][nbest:]
+
+    with _inference(model):
+        decoder = _Decoder(model, src_ids, k)
+        active = np.arange(B)                                              # (Ba,) sentences still searching
+        scores = np.full((B, k), -np.inf)                                  # (Ba, k) live log-probs
+        scores[:, 0] = 0.0                                                 # k identical starts: keep one
+        tokens = np.full(B * k, cfg.bos_id, dtype=np.int64)               # (Ba·k,)
+        for t in range(1, int(limits.max(initial=0)) + 1):                # t = hypothesis length after this step
+            if not len(active):
+                break
+            values, ids = decoder.step(tokens, row_width)                 # (n, 2k) each, best first
+            Ba = len(active)
+            total = (values.reshape(Ba, k, row_width) + scores.astype(np.float32)[:, :, None]).reshape(Ba, -1)
+            order = np.argsort(-total, axis=1, kind="stable")[:, :width]   # (Ba, 2k): the sentence's best 2k
+            top = np.take_along_axis(total, order, axis=1).astype(np.float64)
+            parent = order // row_width                                    # (Ba, 2k) beam each came from
+            token = np.take_along_axis(ids.reshape(Ba, -1), order, axis=1)
+            possible, is_eos = top > -np.inf, token == cfg.eos_id
+            ends = possible & is_eos & (np.arange(width) < k)              # an EOS among the first k finishes
+            goes = possible & ~is_eos
+            goes &= np.cumsum(goes, axis=1) <= k                           # the best k others stay live
+            for a, c in zip(*np.nonzero(ends)):                            # §6.1 score, in rank order
+                n_finished[active[a]] += 1
+                finish(active[a], top[a, c] / length_penalty(t, alpha), decoder.tokens(a * k + parent[a, c]))
+            slot_of = np.cumsum(goes, axis=1) - 1                          # live candidate -> its new row
+            new_scores, new_tokens = np.full((Ba, k), -np.inf), np.full((Ba, k), cfg.eos_id, dtype=np.int64)
+            rows = np.arange(Ba * k).reshape(Ba, k)                        # rows without a live one: unused
+            a, c = np.nonzero(goes)
+            new_scores[a, slot_of[a, c]], new_tokens[a, slot_of[a, c]] = top[a, c], token[a, c]
+            rows[a, slot_of[a, c]] = a * k + parent[a, c]
+            n_live = goes.sum(axis=1)
+            at_limit = t >= limits[active]
+            for a in np.flatnonzero(at_limit):                             # §6.1 max length: finish as they are
+                for j in range(n_live[a]):
+                    finish(active[a], new_scores[a, j] / length_penalty(t, alpha),
+                           decoder.tokens(rows[a, j]) + [int(new_tokens[a, j])])
+            kth_best = np.array([finished[b][nbest - 1][0] if len(finished[b]) >= nbest else -np.inf
+                                 for b in active])
+            bound = new_scores[:, 0] / np.maximum(length_penalty(t + 1, alpha), length_penalty(limits[active], alpha))
+            done = at_limit | (n_live == 0) | (early_stop & (n_finished[active] >= k)) | (kth_best >= bound)
+            going = ~done
+            decoder.keep(rows[going].reshape(-1))
+            active, scores = active[going], new_scores[going]
+            tokens = new_tokens[going].reshape(-1)
+    return [[(float(score), tokens_) for score, tokens_ in hyps] for hyps in finished]
