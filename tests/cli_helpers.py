@@ -6,7 +6,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+# One Numba thread unless a test sets more (tests/conftest.py says why; BLAS is set there for every process).
+ENV = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), NUMBA_NUM_THREADS="1")
 
 
 def run_cli(*args: str, stdin: bytes = b"", cwd: Path = ROOT, timeout: float = 300) -> subprocess.CompletedProcess:

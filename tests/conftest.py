@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 
 import minitensor as mt  # noqa: E402
 
-# Numba read its thread limit at import: this process may still use 2 threads when a test asks
-# (tests/transformer/test_threads_agree.py); it starts on 1, and so do the processes tests start.
+# Numba's threads start at 1 too; its limit stays what it read at import (never change NUMBA_NUM_THREADS
+# in a process once Numba is imported: it refuses), so a test may still ask for 2 (test_threads_agree.py).
+# Processes started through tests/cli_helpers.py get NUMBA_NUM_THREADS=1 from the start.
 numba.set_num_threads(1)
-os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 
 # deadline=None: JIT compiles blow through deadlines. The `backend` fixture is a plain
 # string, so sharing it across generated examples is safe.
