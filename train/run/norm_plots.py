@@ -120,8 +120,7 @@ def runs_table(records: list[dict]) -> list[dict]:
 
 
 def _save(fig, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    """plots.save_figure (atomic; listed in the manifest inside a run's plots/); imported here, as plots imports this module."""
+    from train.run.plots import save_figure
+
+    return save_figure(fig, path)
