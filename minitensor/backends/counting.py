@@ -292,12 +292,13 @@ class CountingBackend(NumpyBackend):
     def run_kernel(self, reference, args, kwargs, op):
         """What kernel `op` returns, its arrays recorded as made: here its NumPy reference, computed
         (HostOnlyBackend: empty arrays of the right shapes)."""
-        inputs = plain(list(args) + list(kwargs.values()))
-        result = reference(*plain(args), **{k: plain(v) for k, v in kwargs.items()})
-        made = {id(a): a for a in arrays_in(result)} if self.counts.detailed else {}   # one array returned twice: one
-        for array in made.values():
-            if not any(np.may_share_memory(array, a) for a in arrays_in(inputs)):   # in place: nothing made
-                self.counts.allocate(array)
+        args, kwargs = plain(args), {k: plain(v) for k, v in kwargs.items()}
+        result = reference(*args, **kwargs)
+        if self.counts.detailed:
+            inputs = arrays_in([args, list(kwargs.values())])
+            for array in {id(a): a for a in arrays_in(result)}.values():   # one array returned twice: one
+                if not any(np.may_share_memory(array, a) for a in inputs):   # in place: nothing made
+                    self.counts.allocate(array)
         return self._device(result)
 
     def asarray(self, data, dtype=None):

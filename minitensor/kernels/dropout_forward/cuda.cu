@@ -36,8 +36,7 @@ __global__ void dropout_forward_v1_seeded_time_major(T* __restrict__ y, const T*
                                                      long long batch, int W) {
     typedef typename Acc<T>::type A;
     for (long long r = blockIdx.y; r < positions * batch; r += gridDim.y) {  // r = t * batch + b
-        const long long t = r / batch, b = r - t * batch;
-        const long long logical = (b * positions + t) * W;  // the row's first element in (B, T, W) order
+        const long long logical = logical_row(r, positions, batch) * W;  // the row's first element in (B, T, W) order
         for (int w = blockIdx.x * blockDim.x + threadIdx.x; w < W; w += gridDim.x * blockDim.x) {
             const long long i = r * W + w;
             store(y[i], to_f64(splitmix_uniform(seed, logical + w)) >= p_u ? load(x[i]) * keep_scale : A(0));
