@@ -197,3 +197,14 @@ class Manifest:
                     self.record(name, append=bool(entry.get("append")))
                 else:
                     self._append({"file": name, "removed": True})
+
+
+def run_containing(path: str | Path) -> "tuple[Manifest, str] | None":
+    """(the run, `path`'s '/'-separated name in it) when `path` lies in a run directory (the nearest folder
+    above it with a manifest), else None: a command writing there writes one of the run's files."""
+    path = Path(path)
+    parent = path.parent.resolve()
+    for folder in (parent, *parent.parents):
+        if (folder / MANIFEST_FILE).is_file():
+            return Manifest.find(folder), (parent / path.name).relative_to(folder).as_posix()
+    return None
