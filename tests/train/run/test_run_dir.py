@@ -175,7 +175,7 @@ def test_average_and_translate_replace_in_a_run_directory_only_a_file_of_the_run
     mine.write_bytes(b"the user's own")
     with pytest.raises(InputError, match="this tool did not write it"):
         checkpointing.average_last(run_dir, 2, mine, force=True)
-    out, _ = checkpointing.average_last(run_dir, 2, run_dir / "plots" / "avg.safetensors")
+    checkpointing.average_last(run_dir, 2, run_dir / "plots" / "avg.safetensors")
     assert Manifest.load(run_dir).owns("plots/avg.safetensors")
 
     source = tmp_path / "src.txt"
