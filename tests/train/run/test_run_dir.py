@@ -190,3 +190,18 @@ def test_average_and_translate_replace_in_a_run_directory_only_a_file_of_the_run
     assert notes.read_text() == "the user's notes" and mine.read_bytes() == b"the user's own"
     assert commands.translate(build_parser().parse_args(translate + [str(run_dir / "out.txt")])) == 0
     assert Manifest.load(run_dir).owns("out.txt")
+
+
+def test_settle_deletes_a_temporary_only_beside_a_write_it_announced(tmp_path):
+    """A `<file>.tmp-<pid>` of a dead process is ours only while the manifest says that file is being written;
+    beside a file recorded complete, a file of that name is the user's and stays."""
+    manifest = Manifest.create(tmp_path)
+    manifest.write_bytes("config.json", b"{}")
+    dead = 2 ** 22 + 12345  # above Linux's largest pid
+    users = tmp_path / f"config.json.tmp-{dead}"
+    users.write_bytes(b"the user's")
+    manifest.claim("best.safetensors")  # then killed: its temporary is left
+    ours = tmp_path / f"best.safetensors.tmp-{dead}"
+    ours.write_bytes(b"half a checkpoint")
+    Manifest.load(tmp_path).settle()
+    assert users.read_bytes() == b"the user's" and not ours.exists()
