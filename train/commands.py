@@ -19,7 +19,7 @@ from train.data.files import iter_lines, output_writer, write_atomic
 from train.errors import InputError
 from train.evaluate.scores import corpus_scores
 from train.run import checkpointing
-from train.run.manifest import Manifest
+from train.run.manifest import Manifest, run_containing
 from train.run.run_data import recorded_file
 from train.threads import cpu_threads, decoding_threads
 from transformer.checkpoint import CheckpointError
@@ -141,10 +141,15 @@ def translate(args) -> int:
 
     _check_decoding(args)
     lines = read_source(args.input) if args.input is not None else None
+    run = run_containing(args.output) if args.output is not None else None
+    if run is not None:  # --force in a run directory replaces only a file of the run's, and the output is one
+        run[0].refuse_if_foreign(run[1])
     model, tokenizer = _load(args)
     options = dict(beam=args.beam, alpha=args.alpha, max_len_b=args.max_len_b, max_tokens=args.max_tokens,
                    nbest=args.nbest, early_stop=args.early_stop)
-    with _decoding_threads(args, on_stdout=False), output_writer(args.output, args.force) as write:
+    with _decoding_threads(args, on_stdout=False), \
+            run[0].writing(run[1]) if run is not None else contextlib.nullcontext(), \
+            output_writer(args.output, args.force) as write:
         if lines is None:  # a line in, a line out
             stdin = sys.stdin.fileno()
             translate_stream(model, tokenizer, lambda n: os.read(stdin, n), write, **options)

@@ -37,7 +37,7 @@ import numpy as np
 
 from train.data.tokenizer import Tokenizer
 from train.errors import InputError
-from train.run.manifest import Manifest
+from train.run.manifest import Manifest, run_containing
 from transformer.checkpoint import (OPTIMIZER_PREFIX, CheckpointError, average_checkpoints, checkpoint_path,
                                    is_weight, load_checkpoint, load_model, load_weights, newest_valid,
                                    restore_optimizer, save_checkpoint, save_model)
@@ -275,10 +275,10 @@ def average_last(run_dir: Path, last: int | None = None, out: Path | None = None
 
     `last` defaults to the run's train.average_last (§6.1: 5 for base, 20 for big). Only the
     checkpoints the run's manifest lists are averaged, and only their weights files are read.
-    Inside the run directory the output is a file of the run's (never one of the user's).
+    Inside a run directory the output is a file of that run's (never one of the user's).
     """
     run_dir = Path(run_dir)
-    manifest = Manifest.load(run_dir)
+    Manifest.load(run_dir)  # a run directory, or an InputError
     if last is None:
         last = _run_average_last(run_dir)
     if last < 1:
@@ -287,17 +287,17 @@ def average_last(run_dir: Path, last: int | None = None, out: Path | None = None
     if len(paths) < last:
         raise InputError(f"{run_dir}: has {len(paths)} checkpoints, fewer than --last {last}")
     out = Path(out) if out is not None else run_dir / f"averaged_last{last}.safetensors"
-    inside = out.parent.resolve() == run_dir.resolve()
-    if inside:
-        manifest.refuse_if_foreign(out.name)
+    run = run_containing(out)  # in a run directory (this one or another, at any depth): a file of that run's
+    if run is not None:
+        run[0].refuse_if_foreign(run[1])
     if out.exists() and not force:
         raise InputError(f"{out}: exists; pass --force to overwrite or choose another --out")
     tensors, metadata = average_checkpoints(paths[-last:])
     weights = {k: v for k, v in tensors.items() if not k.startswith(OPTIMIZER_PREFIX)}
     metadata = {k: v for k, v in metadata.items() if k not in ("progress", "rng_state", "loss_scaler", "update")}
     metadata["averaged_from"] = [p.name for p in paths[-last:]]
-    if inside:
-        with manifest.writing(out.name):
+    if run is not None:
+        with run[0].writing(run[1]):
             save_checkpoint(out, weights, metadata)
     else:
         save_checkpoint(out, weights, metadata)

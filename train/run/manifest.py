@@ -185,15 +185,25 @@ class Manifest:
             if f.tell() and (f.seek(-1, os.SEEK_END), f.read(1))[1] != b"\n":
                 f.write(b"\n")
         for name, entry in list(self.entries.items()):
-            if entry.get("removed"):
+            if not entry.get("writing"):  # a temporary is ours only beside a write we announced (`claim`)
                 continue
             path = self.run_dir / name
             for stale in path.parent.glob(f"{path.name}.tmp-*"):
                 pid = stale.name.rpartition(".tmp-")[2]
                 if pid.isdigit() and not pid_alive(int(pid)):  # a live writer's (a `plot` now) is left alone
                     stale.unlink(missing_ok=True)
-            if entry.get("writing"):
-                if path.is_file():
-                    self.record(name, append=bool(entry.get("append")))
-                else:
-                    self._append({"file": name, "removed": True})
+            if path.is_file():
+                self.record(name, append=bool(entry.get("append")))
+            else:
+                self._append({"file": name, "removed": True})
+
+
+def run_containing(path: str | Path) -> "tuple[Manifest, str] | None":
+    """(the run, `path`'s '/'-separated name in it) when `path` lies in a run directory (the nearest folder
+    above it with a manifest), else None: a command writing there writes one of the run's files."""
+    path = Path(path)
+    parent = path.parent.resolve()
+    for folder in (parent, *parent.parents):
+        if (folder / MANIFEST_FILE).is_file():
+            return Manifest.find(folder), (parent / path.name).relative_to(folder).as_posix()
+    return None

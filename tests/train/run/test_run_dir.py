@@ -160,3 +160,48 @@ def test_a_kill_between_a_write_and_its_hash_leaves_the_file_ours(tmp_path):
     assert recorded["size"] == len(b"a better one, written just before a kill")
     (tmp_path / "best.safetensors").write_bytes(b"the user's own, written over ours")
     assert not Manifest.load(tmp_path).owns("best.safetensors")  # changed since: the user's now
+
+
+def test_average_and_translate_replace_in_a_run_directory_only_a_file_of_the_runs(straight, tmp_path):
+    """`average --out` and `translate --output` with --force anywhere inside a run directory (plots/ included)
+    replace a file only if the run's manifest lists it; what they write there is then listed as the run's."""
+    from train import commands
+    from train.__main__ import build_parser
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(straight, run_dir)
+    (run_dir / "plots").mkdir(exist_ok=True)
+    mine = run_dir / "plots" / "mine.safetensors"
+    mine.write_bytes(b"the user's own")
+    with pytest.raises(InputError, match="this tool did not write it"):
+        checkpointing.average_last(run_dir, 2, mine, force=True)
+    checkpointing.average_last(run_dir, 2, run_dir / "plots" / "avg.safetensors")
+    assert Manifest.load(run_dir).owns("plots/avg.safetensors")
+
+    source = tmp_path / "src.txt"
+    source.write_text("one two\n")
+    notes = run_dir / "notes.txt"
+    notes.write_text("the user's notes")
+    checkpoint = checkpointing.run_checkpoints(run_dir)[-1]
+    translate = ["translate", "--ckpt", str(checkpoint), "--input", str(source), "--backend", "numpy",
+                 "--threads", "1", "--force", "--output"]
+    with pytest.raises(InputError, match="this tool did not write it"):
+        commands.translate(build_parser().parse_args(translate + [str(notes)]))
+    assert notes.read_text() == "the user's notes" and mine.read_bytes() == b"the user's own"
+    assert commands.translate(build_parser().parse_args(translate + [str(run_dir / "out.txt")])) == 0
+    assert Manifest.load(run_dir).owns("out.txt")
+
+
+def test_settle_deletes_a_temporary_only_beside_a_write_it_announced(tmp_path):
+    """A `<file>.tmp-<pid>` of a dead process is ours only while the manifest says that file is being written;
+    beside a file recorded complete, a file of that name is the user's and stays."""
+    manifest = Manifest.create(tmp_path)
+    manifest.write_bytes("config.json", b"{}")
+    dead = 2 ** 22 + 12345  # above Linux's largest pid
+    users = tmp_path / f"config.json.tmp-{dead}"
+    users.write_bytes(b"the user's")
+    manifest.claim("best.safetensors")  # then killed: its temporary is left
+    ours = tmp_path / f"best.safetensors.tmp-{dead}"
+    ours.write_bytes(b"half a checkpoint")
+    Manifest.load(tmp_path).settle()
+    assert users.read_bytes() == b"the user's" and not ours.exists()
