@@ -56,7 +56,7 @@ def refuse_a_run_from_before_tokens_per_update(saved: dict, run_dir: Path) -> No
     if "accum" in saved.get("train", {}):
         raise InputError(f"{run_dir / 'config.json'}: this run was started before train.tokens_per_update replaced "
                          f"train.accum (accum {saved['train']['accum']}), so its update cannot be kept exactly on "
-                         f"resume; start a new run from its weights with --init-from {run_dir}/<a ckpt_*.safetensors>")
+                         f"resume; start a new run (from its weights, if it saved any: --init-from {run_dir}/<a ckpt_*.safetensors>)")
 
 
 def check_same_data(run_dir: Path, record: dict | None):
