@@ -30,31 +30,29 @@ FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}
 
 
 # --- references (NumPy, float64 accumulation) ------------------------------------------------
-def self_attention_step_ref(q, keys, values, rows, heads):
-    """q (n, D), keys/values (R, D), rows (n, P) -> (n, D): softmax(q·k_p / √K) v_p over p < P."""
+def _attention_ref(q, keys, values, heads, valid=None):
+    """q (n, D) over each row's own keys/values (n, L, D) -> (n, D); where valid (n, L) is False: weight 0."""
     n, D = q.shape
     K = D // heads
     qh = q.astype(np.float64).reshape(n, heads, 1, K)                     # (n, H, 1, K)
-    kh = keys[rows].astype(np.float64).reshape(n, -1, heads, K).transpose(0, 2, 3, 1)   # (n, H, K, P)
-    vh = values[rows].astype(np.float64).reshape(n, -1, heads, K).transpose(0, 2, 1, 3)  # (n, H, P, K)
-    scores = (qh @ kh) / math.sqrt(K)                                    # (n, H, 1, P)
+    kh = keys.astype(np.float64).reshape(n, -1, heads, K).transpose(0, 2, 3, 1)   # (n, H, K, L)
+    vh = values.astype(np.float64).reshape(n, -1, heads, K).transpose(0, 2, 1, 3)  # (n, H, L, K)
+    scores = (qh @ kh) / math.sqrt(K)                                    # (n, H, 1, L)
+    if valid is not None:
+        scores = np.where(valid[:, None, None, :], scores, -np.inf)
     weights = np.exp(scores - scores.max(-1, keepdims=True))
     weights /= weights.sum(-1, keepdims=True)
     return (weights @ vh).reshape(n, D).astype(q.dtype)                  # (n, H, 1, K) -> (n, D)
 
 
+def self_attention_step_ref(q, keys, values, rows, heads):
+    """q (n, D), keys/values (R, D), rows (n, P) -> (n, D): softmax(q·k_p / √K) v_p over p < P."""
+    return _attention_ref(q, keys[rows], values[rows], heads)
+
+
 def cross_attention_step_ref(q, keys, values, sentence, valid, heads):
     """q (n, D), keys/values (B, S, D), sentence (n,), valid (B, S) bool -> (n, D)."""
-    n, D = q.shape
-    K = D // heads
-    qh = q.astype(np.float64).reshape(n, heads, 1, K)
-    kh = keys[sentence].astype(np.float64).reshape(n, -1, heads, K).transpose(0, 2, 3, 1)   # (n, H, K, S)
-    vh = values[sentence].astype(np.float64).reshape(n, -1, heads, K).transpose(0, 2, 1, 3)  # (n, H, S, K)
-    scores = (qh @ kh) / math.sqrt(K)                                    # (n, H, 1, S)
-    scores = np.where(valid[sentence][:, None, None, :], scores, -np.inf)
-    weights = np.exp(scores - scores.max(-1, keepdims=True))
-    weights /= weights.sum(-1, keepdims=True)
-    return (weights @ vh).reshape(n, D).astype(q.dtype)
+    return _attention_ref(q, keys[sentence], values[sentence], heads, valid[sentence])
 
 
 def add_layernorm_ref(x, y, gamma, beta, eps):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import decode_kernels
-from .search import _check_beam, _inference, _max_lengths, _to_host, best_of, length_penalty
+from .search import _check_beam, _Finished, _inference, _max_lengths, _stops, _to_host, best_of, length_penalty
 
 
 def supports(model) -> bool:
@@ -199,13 +199,8 @@ def beam_search_nbest(model, src_ids, beam: int = 4, alpha: float = 0.6, max_len
     B = len(limits)
     row_width = min(2 * k, cfg.vocab_size)                                 # a row's best 2k hold the sentence's
     width = min(2 * k, k * row_width)
-    finished = [[] for _ in range(B)]                                      # (score, tokens), best first
+    finished = _Finished(B, nbest)
     n_finished = np.zeros(B, dtype=int)
-
-    def finish(b: int, score: float, tokens: list[int]) -> None:
-        finished[b].append((score, tokens))
-        finished[b].sort(key=lambda entry: -entry[0])                       # stable: earlier wins ties
-        del finished[b][nbest:]
 
     with _inference(model):
         decoder = _Decoder(model, src_ids, k)
@@ -229,7 +224,7 @@ def beam_search_nbest(model, src_ids, beam: int = 4, alpha: float = 0.6, max_len
             goes &= np.cumsum(goes, axis=1) <= k                           # the best k others stay live
             for a, c in zip(*np.nonzero(ends)):                            # §6.1 score, in rank order
                 n_finished[active[a]] += 1
-                finish(active[a], top[a, c] / length_penalty(t, alpha), decoder.tokens(a * k + parent[a, c]))
+                finished.add(active[a], top[a, c] / length_penalty(t, alpha), decoder.tokens(a * k + parent[a, c]))
             slot_of = np.cumsum(goes, axis=1) - 1                          # live candidate -> its new row
             new_scores, new_tokens = np.full((Ba, k), -np.inf), np.full((Ba, k), cfg.eos_id, dtype=np.int64)
             rows = np.arange(Ba * k).reshape(Ba, k)                        # rows without a live one: unused
@@ -240,14 +235,11 @@ def beam_search_nbest(model, src_ids, beam: int = 4, alpha: float = 0.6, max_len
             at_limit = t >= limits[active]
             for a in np.flatnonzero(at_limit):                             # §6.1 max length: finish as they are
                 for j in range(n_live[a]):
-                    finish(active[a], new_scores[a, j] / length_penalty(t, alpha),
-                           decoder.tokens(rows[a, j]) + [int(new_tokens[a, j])])
-            kth_best = np.array([finished[b][nbest - 1][0] if len(finished[b]) >= nbest else -np.inf
-                                 for b in active])
-            bound = new_scores[:, 0] / np.maximum(length_penalty(t + 1, alpha), length_penalty(limits[active], alpha))
-            done = at_limit | (n_live == 0) | (early_stop & (n_finished[active] >= k)) | (kth_best >= bound)
-            going = ~done
+                    finished.add(active[a], new_scores[a, j] / length_penalty(t, alpha),
+                                 decoder.tokens(rows[a, j]) + [int(new_tokens[a, j])])
+            kth_best = np.array([finished.kth_best(b) for b in active])
+            going = ~_stops(t, limits[active], new_scores[:, 0], kth_best, n_finished[active], k, alpha, early_stop)
             decoder.keep(rows[going].reshape(-1))
             active, scores = active[going], new_scores[going]
             tokens = new_tokens[going].reshape(-1)
-    return [[(float(score), tokens_) for score, tokens_ in hyps] for hyps in finished]
+    return finished.results()

@@ -135,6 +135,38 @@ def _check_beam(beam: int, nbest: int) -> None:
         raise ValueError(f"nbest must be between 1 and the beam size {beam}, got {nbest}")
 
 
+class _Finished:
+    """Each sentence's finished hypotheses as (score, tokens), best first; the `nbest` best are kept."""
+
+    def __init__(self, sentences: int, nbest: int):
+        self.lists, self.nbest = [[] for _ in range(sentences)], nbest
+
+    def add(self, b: int, score: float, tokens: list[int]) -> None:
+        hyps = self.lists[b]
+        hyps.append((score, tokens))
+        hyps.sort(key=lambda entry: -entry[0])                             # stable: earlier wins ties
+        del hyps[self.nbest:]
+
+    def kth_best(self, b: int) -> float:
+        """What a live hypothesis must beat: the worst one kept (−∞ until `nbest` have finished)."""
+        hyps = self.lists[b]
+        return hyps[self.nbest - 1][0] if len(hyps) >= self.nbest else -np.inf
+
+    def results(self) -> list[list[tuple[float, list[int]]]]:
+        return [[(float(score), tokens) for score, tokens in hyps] for hyps in self.lists]
+
+
+def _stops(t: int, limits, best_live, kth_best, n_finished, beam: int, alpha: float, early_stop: bool):
+    """Whether a sentence stops after step t (scalars, or arrays over sentences); best_live is −∞ when none is live.
+
+    It stops at its length limit, when no hypothesis is live, with early_stop once `beam` have
+    finished, else (§6.1 "terminate early when possible", tensor2tensor's rule) once the best
+    live one cannot beat the finished ones even at its best: ℓ / max(lp(t+1), lp(L)).
+    """
+    bound = best_live / np.maximum(length_penalty(t + 1, alpha), length_penalty(limits, alpha))
+    return (t >= limits) | (best_live == -np.inf) | (early_stop & (n_finished >= beam)) | (kth_best >= bound)
+
+
 def beam_search_nbest(model, src_ids, beam: int = 4, alpha: float = 0.6, max_len_b: int = 50,
                       nbest: int = 1, early_stop: bool = False) -> list[list[tuple[float, list[int]]]]:
     """§6.1 beam search; per sentence the `nbest` best finished hypotheses as (score, tokens), best first.
@@ -150,17 +182,8 @@ def beam_search_nbest(model, src_ids, beam: int = 4, alpha: float = 0.6, max_len
     scores = np.full((B, k), -np.inf)                                      # (B, k) live log-probs, float64
     scores[:, 0] = 0.0                                                     # k identical starts: keep one
     history = np.zeros((B, k, 0), dtype=np.int64)                          # (B, k, t) tokens so far
-    finished = [[] for _ in range(B)]                                      # (score, tokens) of finished ones
+    finished = _Finished(B, nbest)
     n_finished, done = np.zeros(B, dtype=int), np.zeros(B, dtype=bool)
-
-    def finish(b: int, score: float, tokens: list[int]) -> None:
-        finished[b].append((score, tokens))
-        finished[b].sort(key=lambda entry: -entry[0])                       # stable: earlier wins ties
-        del finished[b][nbest:]
-
-    def kth_best(b: int) -> float:                                         # what a live one must beat
-        return finished[b][nbest - 1][0] if len(finished[b]) >= nbest else -np.inf
-
     with _inference(model):
         memory = model.encode(src_ids)
         cache = model.init_cache(src_ids, memory, k)                       # rows b·k + j
@@ -186,20 +209,16 @@ def beam_search_nbest(model, src_ids, beam: int = 4, alpha: float = 0.6, max_len
                     if token == cfg.eos_id:
                         if rank < k:                                       # finished: frozen from now on
                             n_finished[b] += 1
-                            finish(b, value / length_penalty(t, alpha), history[b, parent].tolist())  # §6.1
+                            finished.add(b, value / length_penalty(t, alpha), history[b, parent].tolist())  # §6.1
                     elif len(live) < k:
                         live.append((value, parent, token))
                 for j, (value, parent, token) in enumerate(live):
                     rows[b, j], new_scores[b, j], new_tokens[b, j] = b * k + parent, value, token
                 if t >= limits[b]:                                         # §6.1 max length: finish live ones as they are
                     for value, parent, token in live:
-                        finish(b, value / length_penalty(t, alpha), history[b, parent].tolist() + [token])
-                    done[b] = True
-                elif not live or (early_stop and n_finished[b] >= k):
-                    done[b] = True
-                else:                                                      # §6.1 "terminate early when possible"
-                    bound = live[0][0] / max(length_penalty(t + 1, alpha), length_penalty(limits[b], alpha))
-                    done[b] = kth_best(b) >= bound                         # tensor2tensor: no live one can win
+                        finished.add(b, value / length_penalty(t, alpha), history[b, parent].tolist() + [token])
+                done[b] = _stops(t, limits[b], live[0][0] if live else -np.inf, finished.kth_best(b), n_finished[b],
+                                 k, alpha, early_stop)
             if done.all():
                 break
             parents = rows - np.arange(B)[:, None] * k                     # (B, k) parent beam of each new row
@@ -208,7 +227,7 @@ def beam_search_nbest(model, src_ids, beam: int = 4, alpha: float = 0.6, max_len
             scores = np.where(done[:, None], -np.inf, new_scores)
             tokens = new_tokens.reshape(-1)                                # (n,)
             cache.reorder(rows.reshape(-1))
-    return [[(float(score), tokens_) for score, tokens_ in hyps] for hyps in finished]
+    return finished.results()
 
 
 def hypothesis_scores(model, src_ids, hyps: list[list[int]], alpha: float = 0.6, max_len_b: int = 50) -> np.ndarray:

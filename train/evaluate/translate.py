@@ -34,13 +34,20 @@ from train.data.batching import make_batches, pad_batch
 from train.errors import InputError
 from transformer import fast_search, search
 
+CHUNK_LINES = 2000  # a file is translated (sorted by length, batched) and written this many lines at a time
+MAX_SENTENCES = 1024  # sentences per decoding batch, at most
+
+
+def length_batches(lengths: Sequence[int], max_tokens: int) -> list:
+    """The decoding batches (lists of sentence indices) for sentences of these lengths, EOS included:
+    sorted by length, about max_tokens source tokens each; a sentence longer than that goes alone."""
+    return make_batches(lengths, lengths, max(max_tokens, max(lengths, default=1)), max_sentences=MAX_SENTENCES)
+
 
 def _searches(model):
     """fast_search where the model runs on NumPy arrays (tests/transformer/test_fast_search.py: the same
     outputs), search.py elsewhere (the GPU)."""
     return fast_search if fast_search.supports(model) else search
-
-CHUNK_LINES = 2000  # a file is translated (sorted by length, batched) and written this many lines at a time
 
 
 def _decode_batches(model, sources: Sequence[Sequence[int]], decode: Callable, max_tokens: int,
@@ -49,13 +56,12 @@ def _decode_batches(model, sources: Sequence[Sequence[int]], decode: Callable, m
     eos, pad = model.config.eos_id, model.config.pad_id
     with_eos = [list(s) + [eos] for s in sources]
     lengths = [len(s) for s in with_eos]
-    budget = max(max_tokens, max(lengths, default=1))                   # a sentence longer than the budget goes alone
     outputs: list = [None] * len(sources)
     was_training = model.training
     model.eval()
     try:
         with mt.no_grad():
-            for batch in make_batches(lengths, lengths, budget, max_sentences=1024):
+            for batch in length_batches(lengths, max_tokens):
                 src = pad_batch([with_eos[i] for i in batch], pad)  # (B, S)
                 for i, hyp in zip(batch, decode(src)):
                     outputs[i] = hyp

@@ -36,12 +36,11 @@ from pathlib import Path
 
 import numpy as np
 
-from train.data.batching import make_batches
 from train.data.files import SHARED_DATA, iter_lines
 from train.data.tokenizer import Tokenizer
 from train.errors import InputError
 from train.evaluate.export_ct2 import ct2_translate, export
-from train.evaluate.translate import translate_ids
+from train.evaluate.translate import length_batches, translate_ids
 from train.threads import cpu_threads
 from transformer.config import TransformerConfig
 from transformer.model import Transformer
@@ -142,7 +141,7 @@ def bench_model(name: str, model, tokenizer, lines: list[str], sentences: int, r
     ids = [s for s in tokenizer.encode_batch(lines[:sentences]) if s]
     limits = _limits(ids, model.config.max_len)
     lengths = [len(s) + 1 for s in ids]
-    batches = make_batches(lengths, lengths, max(MAX_TOKENS, max(lengths)), max_sentences=1024)  # translate's
+    batches = length_batches(lengths, MAX_TOKENS)                      # translate's
     pieces = [tokenizer.processor.id_to_piece(i) for i in range(tokenizer.vocab_size)]
     ct2_use_mkl = _ct2_at_its_best()
     with tempfile.TemporaryDirectory() as folder:
