@@ -13,7 +13,9 @@ Numba; CTranslate2: intra_threads, one translator, Intel MKL's products: _ct2_at
 Ours is `translate_ids`, what `python -m train translate` runs; CTranslate2 runs in a process of
 its own (in ours, its threads slowed our decoding), timed there. CTranslate2 gets our batches (length-sorted, the same
 source-token budget) with each batch's length limit as its `max_decoding_length`; an
-untrained model never says EOS, so both decode to the limit. Repeats interleave the two
+untrained model never says EOS, so both decode to the limit: CTranslate2 runs more positions,
+and the report adds the ratio of wall time per decoder position (the best output's tokens and
+EOS, at most the limit; for beam search an estimate). Repeats interleave the two
 (ours first on even repeats, CTranslate2 first on odd ones); the report gives the medians of
 wall-clock and CPU seconds and their ratios (ours / CTranslate2: below 1, we are faster), the
 spread of the per-repeat ratios, and how many greedy outputs are equal (an untrained model's
@@ -97,6 +99,11 @@ def _ct2_at_its_best() -> str:
     return os.environ.get("CT2_USE_MKL", "CTranslate2's default")
 
 
+def _positions(outputs, limits) -> int:
+    """Decoder positions run for these outputs: each output's tokens plus its EOS, at most its limit."""
+    return int(sum(min(len(y) + 1, int(limit)) for y, limit in zip(outputs, limits)))
+
+
 def _timed(fn):
     wall, cpu = time.perf_counter(), time.process_time()
     out = fn()
@@ -178,6 +185,13 @@ def bench_model(name: str, model, tokenizer, lines: list[str], sentences: int, r
                                   f"ct2_{clock}_s": statistics.median(ct2_s),
                                   f"ratio_{clock}": statistics.median(ours_s) / statistics.median(ct2_s),
                                   f"ratio_{clock}_range": [min(ratios), max(ratios)]})
+                # an untrained model runs to the limit: ours each sentence's, CTranslate2 its batch's (more work)
+                batch_limits = np.empty(len(ids), dtype=np.int64)
+                for batch in batches:
+                    batch_limits[batch] = limits[batch].max()
+                entry["ours_positions"] = _positions(runs["ours"][0][2], limits)
+                entry["ct2_positions"] = _positions(runs["ct2"][0][2], batch_limits)
+                entry["ratio_wall_per_position"] = entry["ratio_wall"] * entry["ct2_positions"] / entry["ours_positions"]
                 if beam == 1:                                  # CTranslate2 may go on to its batch's limit
                     ours_out, ct2_out = runs["ours"][0][2], runs["ct2"][0][2]
                     entry["same_outputs"] = sum(a == (b[:limit] if len(a) == limit else b)
@@ -239,6 +253,8 @@ def format_report(results: list[dict]) -> str:
                          f"= {e['ratio_wall']:.2f} "
                          f"(repeats {e['ratio_wall_range'][0]:.2f}-{e['ratio_wall_range'][1]:.2f}); "
                          f"cpu {e['ours_cpu_s']:7.2f} s / {e['ct2_cpu_s']:7.2f} s = {e['ratio_cpu']:.2f}{same}")
+            lines.append(f"           decoder positions {e['ours_positions']} / {e['ct2_positions']}: "
+                         f"wall per position {e['ratio_wall_per_position']:.2f}")
     return "\n".join(lines)
 
 
