@@ -12,17 +12,22 @@ cross_attention_step §3.2.3 encoder-decoder attention: row i reads its sentence
 log_softmax_topk     the log-softmax over the vocabulary and the W best tokens of each row in
     one kernel: two passes over a row's logits instead of NumPy's eight over all of them.
     Padding and BOS count in the normaliser but are never chosen, as in transformer/search.py.
-add_layernorm        §3.1 LayerNorm(x + Sublayer(x)) in one pass over the rows (post-norm's residual).
+add_layernorm        §3.1 LayerNorm(x + Sublayer(x)) in one pass over the rows (post-norm's residual);
+layernorm            the same without the residual (pre-norm's LayerNorm(x)).
 
-version 1 of each (the only one): one prange iteration per row, fastmath loops in the input's
-dtype that LLVM vectorises (all heads of a key row at once, rows read where they lie).
+version 1 of each (the only one): the rows one after another in the calling thread, with the
+GIL released, fastmath loops in the input's dtype that LLVM vectorises (all heads of a key row
+at once, rows read where they lie). Decoding is parallel over batches instead
+(train/evaluate/translate.py: one decoder per thread), not inside each kernel: threads that
+meet at the end of every kernel wait for the slowest, and on a busy machine that is the one
+another program holds (train/threads.py).
 """
 from __future__ import annotations
 
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from minitensor.kernels.numba_math import exp_like
 
@@ -60,6 +65,11 @@ def add_layernorm_ref(x, y, gamma, beta, eps):
     z = x.astype(np.float64) + y
     mean = z.mean(-1, keepdims=True)
     return ((z - mean) / np.sqrt(((z - mean) ** 2).mean(-1, keepdims=True) + eps) * gamma + beta).astype(x.dtype)
+
+
+def layernorm_ref(x, gamma, beta, eps):
+    """LayerNorm(x) over the last axis, biased variance, float64 statistics."""
+    return add_layernorm_ref(x, np.zeros_like(x), gamma, beta, eps)
 
 
 def log_softmax_topk_ref(logits, width, banned):
@@ -112,13 +122,13 @@ def _add_weighted(acc, weights, scores, p, value):
         acc[c] += weights[c] * value[c]
 
 
-@njit(cache=True, parallel=True, fastmath=FASTMATH)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def self_attention_step_v1(q, keys, values, rows, heads, out):
     n, D = q.shape
     P = rows.shape[1]
     scale = q.dtype.type(1.0 / math.sqrt(D // heads))
     scores_of, weights_of = np.empty((n, heads, P), dtype=q.dtype), np.empty((n, D), dtype=q.dtype)   # scratch
-    for i in prange(n):
+    for i in range(n):
         scores, weights, acc = scores_of[i], weights_of[i], out[i]        # (H, P), (D,), (D,)
         for p in range(P):
             _dot_heads(q[i], keys[rows[i, p]], heads, scale, scores, p)    # §3.2.1: q·k / √d_k
@@ -128,13 +138,13 @@ def self_attention_step_v1(q, keys, values, rows, heads, out):
             _add_weighted(acc, weights, scores, p, values[rows[i, p]])     # Σ_p softmax(...)_p v_p
 
 
-@njit(cache=True, parallel=True, fastmath=FASTMATH)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def cross_attention_step_v1(q, keys, values, sentence, valid, heads, out):
     n, D = q.shape
     S = keys.shape[1]
     scale = q.dtype.type(1.0 / math.sqrt(D // heads))
     scores_of, weights_of = np.empty((n, heads, S), dtype=q.dtype), np.empty((n, D), dtype=q.dtype)   # scratch
-    for i in prange(n):
+    for i in range(n):
         b = sentence[i]
         scores, weights, acc = scores_of[i], weights_of[i], out[i]        # (H, S), (D,), (D,)
         length = 0                                                         # past the last real source token
@@ -153,12 +163,12 @@ def cross_attention_step_v1(q, keys, values, sentence, valid, heads, out):
 BLOCK = 16  # log_softmax_topk skips a block of logits whose largest cannot enter the best W
 
 
-@njit(cache=True, parallel=True, fastmath=FASTMATH)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def log_softmax_topk_v1(logits, banned, out_values, out_ids):
     n, V = logits.shape
     W = out_values.shape[1]
     neg_inf = logits.dtype.type(-np.inf)
-    for i in prange(n):
+    for i in range(n):
         row = logits[i]
         top = row[0]
         for j in range(V):                                               # pass 1: max, then Σ exp
@@ -188,23 +198,37 @@ def log_softmax_topk_v1(logits, banned, out_values, out_ids):
                 vals[w], ids[w] = v, j
 
 
-@njit(cache=True, parallel=True, fastmath=FASTMATH)
+@njit(inline="always", fastmath=FASTMATH)
+def _normalize(z, gamma, beta, eps):
+    """In place: z (D,) becomes (z - mean) / √(var + eps) · gamma + beta, float64 statistics as minitensor's."""
+    D = z.shape[0]
+    total = 0.0
+    for c in range(D):
+        total += z[c]
+    mean = total / D
+    squares = 0.0
+    for c in range(D):
+        d = z[c] - mean
+        squares += d * d
+    mean_t, rstd_t = z.dtype.type(mean), z.dtype.type(1.0 / np.sqrt(squares / D + eps))
+    for c in range(D):
+        z[c] = (z[c] - mean_t) * rstd_t * gamma[c] + beta[c]
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def add_layernorm_v1(x, y, gamma, beta, eps, out):
-    n, D = x.shape
-    for i in prange(n):
-        z = out[i]
-        total = 0.0                                                      # float64 statistics, as minitensor's
-        for c in range(D):
-            z[c] = x[i, c] + y[i, c]
-            total += z[c]
-        mean = total / D
-        squares = 0.0
-        for c in range(D):
-            d = z[c] - mean
-            squares += d * d
-        mean_t, rstd_t = x.dtype.type(mean), x.dtype.type(1.0 / np.sqrt(squares / D + eps))
-        for c in range(D):
-            z[c] = (z[c] - mean_t) * rstd_t * gamma[c] + beta[c]
+    for i in range(x.shape[0]):
+        for c in range(x.shape[1]):
+            out[i, c] = x[i, c] + y[i, c]
+        _normalize(out[i], gamma, beta, eps)
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def layernorm_v1(x, gamma, beta, eps, out):
+    for i in range(x.shape[0]):
+        for c in range(x.shape[1]):
+            out[i, c] = x[i, c]
+        _normalize(out[i], gamma, beta, eps)
 
 
 # --- what fast_search.py calls --------------------------------------------------------------------
@@ -224,6 +248,13 @@ def add_layernorm(x, y, gamma, beta, eps):
     """LayerNorm(x + y) for x, y (n, D)."""
     out = np.empty_like(x)
     add_layernorm_v1(x, y, gamma, beta, eps, out)
+    return out
+
+
+def layernorm(x, gamma, beta, eps):
+    """LayerNorm(x) for x (n, D)."""
+    out = np.empty_like(x)
+    layernorm_v1(x, gamma, beta, eps, out)
     return out
 
 

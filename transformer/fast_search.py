@@ -78,8 +78,9 @@ class _Decoder:
         pe = positions.table.data[offset:offset + (ids.shape[1] if ids.ndim == 2 else 1)]
         return (x + pe.astype(x.dtype)).astype(self.model.compute_dtype)
 
-    def _norm(self, x, norm):
-        return self.model.backend.layernorm_forward(x, norm.gamma.data, norm.beta.data, norm.eps)[0]
+    @staticmethod
+    def _norm(x, norm):
+        return decode_kernels.layernorm(x, norm.gamma.data, norm.beta.data, norm.eps)
 
     def _sublayer(self, x, connection, sublayer, *args):
         """§3.1: LayerNorm(x + Sublayer(x)); pre-norm (DEVIATION(§3.1)): x + Sublayer(LayerNorm(x))."""

@@ -47,6 +47,8 @@ def test_add_layernorm(dtype):
     gamma, beta = rng.standard_normal(24).astype(dtype), rng.standard_normal(24).astype(dtype)
     np.testing.assert_allclose(dk.add_layernorm(x, y, gamma, beta, 1e-6),
                                dk.add_layernorm_ref(x, y, gamma, beta, 1e-6), **TOL[dtype])
+    np.testing.assert_allclose(dk.layernorm(x, gamma, beta, 1e-6), dk.layernorm_ref(x, gamma, beta, 1e-6),
+                               **TOL[dtype])
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
