@@ -46,6 +46,8 @@ def test_dropout_add_layernorm_backward_matches_reference(monkeypatch, version, 
         sums = name.startswith("dg") or name.startswith("db")
         assert_close(a, b, f"v{version} {name}", atol=1e-5 * np.sqrt(rows) if sums and dtype == np.float32 else None)
     assert (got[1] is got[0]) == (p == 0.0)
+    with pytest.raises(ValueError, match="one or two"):    # more are added first (Backend.at_most_two)
+        numba_cpu.dropout_add_layernorm_backward(args[0] * 3, *args[1:])
 
 
 @pytest.mark.parametrize("version", sorted(numba_cpu.VERSIONS))

@@ -59,9 +59,10 @@ DEFAULT = 1
 
 
 def dropout_add_layernorm_backward(dys, z, u, p, gamma, mean, rstd, with_bias):
-    """(dx, ds, dgamma, dbeta, dbias) of z = x + Dropout(s + bias), y = LayerNorm(z); dys: 1 or 2 gradients of y."""
-    if len(dys) > 2:
-        dys = (dys[0], sum(dys[1:]))
+    """(dx, ds, dgamma, dbeta, dbias) of z = x + Dropout(s + bias), y = LayerNorm(z); dys: 1 or 2 gradients of y
+    (Backend.at_most_two adds more first)."""
+    if len(dys) not in (1, 2):
+        raise ValueError(f"dropout_add_layernorm_backward: one or two gradients, got {len(dys)}")
     D = z.shape[-1]
     z2 = np.ascontiguousarray(z).reshape(-1, D)  # (N, D)
     dy, dy2 = (np.ascontiguousarray(d, dtype=z.dtype).reshape(-1, D) for d in (dys[0], dys[-1]))
