@@ -15,7 +15,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from train import config as config_lib
-from train.data.files import iter_lines, output_writer, write_atomic
+from train.data.files import iter_lines, output_writer, write_new
 from train.errors import InputError
 from train.evaluate.scores import corpus_scores
 from train.run import checkpointing
@@ -368,7 +368,10 @@ def parse_eval(args) -> int:
     print(f"parsed {len(parses)} sentences of {gold_path} in {time.perf_counter() - start:.0f} s (beam {args.beam}, "
           f"α {args.alpha}, at most input + {args.max_len_b} tokens); {repaired} outputs needed repair")
     if args.out is not None:
-        write_atomic(args.out, "".join(f"{tree}\n" for tree in parses).encode("utf-8"))
+        try:
+            write_new(args.out, "".join(f"{tree}\n" for tree in parses).encode("utf-8"))
+        except FileExistsError:  # made while we parsed: it stays
+            raise InputError(f"{args.out}: made while parsing; choose another --out (nothing is overwritten)") from None
     reports = {"model": parsing.score(gold, parses, params),
                "right-branching": parsing.score(gold, parsing.baseline(gold), params)}
     print(f"EVALB ({args.prm.name if args.prm else 'COLLINS.prm settings'}) on the same {len(gold)} gold trees, "
