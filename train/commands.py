@@ -141,7 +141,7 @@ def translate(args) -> int:
 
     _check_decoding(args)
     lines = read_source(args.input) if args.input is not None else None
-    run = run_containing(args.output) if args.output is not None else None
+    run = run_containing(args.output.resolve()) if args.output is not None else None  # a link: its target's run
     if run is not None:  # --force in a run directory replaces only a file of the run's, and the output is one
         run[0].refuse_if_foreign(run[1])
     model, tokenizer = _load(args)
