@@ -145,6 +145,33 @@ def test_stacked_linear_matches_composed(backend, rng, with_bias):
     check_same(StackedLinear.apply, composed, arrays, backend)
 
 
+@pytest.mark.parametrize("stacked", [False, True])
+def test_frozen_bias_gets_no_gradient_and_costs_no_column_sum(backend, rng, monkeypatch, stacked):
+    """A bias with requires_grad False (frozen): backward skips its column sum (bias_backward) and leaves
+    its .grad None, while x and W get the gradients of the unfrozen product; frozen weights too."""
+    from minitensor.functions import Linear, StackedLinear
+    n = 3 if stacked else 1
+    arrays = [rng.standard_normal((2, 3, 4))] + [rng.standard_normal((4, 5)) for _ in range(n)] \
+        + [rng.standard_normal(5) for _ in range(n)]
+    function = StackedLinear if stacked else Linear
+    sums = []
+    target = mt.get_backend(backend)
+    column_sums = target.bias_backward
+    monkeypatch.setattr(target, "bias_backward", lambda *args: sums.append(1) or column_sums(*args))
+    frozen = [mt.tensor(a, requires_grad=i <= n, dtype="float64", backend=backend) for i, a in enumerate(arrays)]
+    trained = [mt.tensor(a, requires_grad=True, dtype="float64", backend=backend) for a in arrays]
+    r = rng.standard_normal(function.apply(*trained).shape)
+    (function.apply(*frozen) * r).sum().backward()
+    assert sums == [] and all(b.grad is None for b in frozen[1 + n:])
+    (function.apply(*trained) * r).sum().backward()
+    assert len(sums) == 1
+    for i in range(1 + n):
+        mt.assert_close(frozen[i].grad, trained[i].grad, f"grad of input {i}")
+    only_x = [mt.tensor(a, requires_grad=i == 0, dtype="float64", backend=backend) for i, a in enumerate(arrays)]
+    (function.apply(*only_x) * r).sum().backward()                   # every parameter frozen
+    mt.assert_close(only_x[0].grad, trained[0].grad, "grad of x with every parameter frozen")
+
+
 def test_stacked_weights_are_read_in_place_when_equally_spaced(rng):
     """Backend.stacked: views of one buffer, equally spaced (the optimizer's flat buffer), stack without a copy."""
     from minitensor.backends.counting import CountingBackend

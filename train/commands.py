@@ -15,7 +15,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from train import config as config_lib
-from train.data.files import iter_lines, output_writer, write_atomic
+from train.data.files import iter_lines, output_writer, write_new
 from train.errors import InputError
 from train.evaluate.scores import corpus_scores
 from train.run import checkpointing
@@ -141,7 +141,7 @@ def translate(args) -> int:
 
     _check_decoding(args)
     lines = read_source(args.input) if args.input is not None else None
-    run = run_containing(args.output) if args.output is not None else None
+    run = run_containing(args.output.resolve()) if args.output is not None else None  # a link: its target's run
     if run is not None:  # --force in a run directory replaces only a file of the run's, and the output is one
         run[0].refuse_if_foreign(run[1])
     model, tokenizer = _load(args)
@@ -368,7 +368,10 @@ def parse_eval(args) -> int:
     print(f"parsed {len(parses)} sentences of {gold_path} in {time.perf_counter() - start:.0f} s (beam {args.beam}, "
           f"α {args.alpha}, at most input + {args.max_len_b} tokens); {repaired} outputs needed repair")
     if args.out is not None:
-        write_atomic(args.out, "".join(f"{tree}\n" for tree in parses).encode("utf-8"))
+        try:
+            write_new(args.out, "".join(f"{tree}\n" for tree in parses).encode("utf-8"))
+        except FileExistsError:  # made while we parsed: it stays
+            raise InputError(f"{args.out}: made while parsing; choose another --out (nothing is overwritten)") from None
     reports = {"model": parsing.score(gold, parses, params),
                "right-branching": parsing.score(gold, parsing.baseline(gold), params)}
     print(f"EVALB ({args.prm.name if args.prm else 'COLLINS.prm settings'}) on the same {len(gold)} gold trees, "

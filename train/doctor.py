@@ -6,12 +6,12 @@ installed or changed; every probe is guarded so the report itself never fails.
 """
 
 import importlib
-import os
 import platform
 import sys
 
 import minitensor as mt
 from minitensor.backends import resolve_name
+from train.threads import usable_cores
 
 
 def _version(module_name: str) -> str:
@@ -61,7 +61,7 @@ def _backend_lines() -> list[str]:
 
 def report() -> str:
     """The whole report as text."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = usable_cores()
     lines = [
         f"Python      {sys.version.split()[0]} ({platform.python_implementation()}) on {platform.platform()}",
         f"CPU cores   {cores} usable",

@@ -42,13 +42,19 @@ class Embeddings(nn.Module):
             self.tgt = nn.Embedding(vocab_size, d_model, rng=rng, std=std)
             self.generator = nn.Linear(d_model, vocab_size, bias=False, rng=rng)   # Xavier, (D, V)
 
+    def table(self, side: str) -> nn.Embedding:
+        """The embedding table of side "src" or "tgt": the one shared E when tied (§3.4)."""
+        return self.shared if self.tie else getattr(self, side)
+
+    def output_weight(self) -> mt.Tensor:
+        """The (D, V) weight of the pre-softmax linear transformation: Eᵀ when tied (§3.4), else the generator's."""
+        return self.shared.weight.T if self.tie else self.generator.weight
+
     def source(self, ids) -> mt.Tensor:
-        table = self.shared if self.tie else self.src
-        return table(ids) * self.scale                                 # §3.4: ×√d_model, (B, S) -> (B, S, D)
+        return self.table("src")(ids) * self.scale                     # §3.4: ×√d_model, (B, S) -> (B, S, D)
 
     def target(self, ids) -> mt.Tensor:
-        table = self.shared if self.tie else self.tgt
-        return table(ids) * self.scale                                 # §3.4: ×√d_model, (B, T) -> (B, T, D)
+        return self.table("tgt")(ids) * self.scale                     # §3.4: ×√d_model, (B, T) -> (B, T, D)
 
     def logits(self, x: mt.Tensor) -> mt.Tensor:
         """The pre-softmax linear transformation (§3.4): (B, T, D) -> (B, T, V)."""

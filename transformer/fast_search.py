@@ -66,9 +66,8 @@ class _Decoder:
         self.keys = [np.zeros((0, D), memory.dtype) for _ in model.decoder.layers]   # (R, D) per layer
         self.values = [np.zeros((0, D), memory.dtype) for _ in model.decoder.layers]
         self.used = 0
-        emb = model.embeddings
         # §3.4's x Eᵀ with a contiguous (D, V) copy of Eᵀ: BLAS is faster on it than on the transposed view
-        self.output = np.ascontiguousarray(emb.shared.weight.data.T if emb.tie else emb.generator.weight.data)
+        self.output = np.ascontiguousarray(model.embeddings.output_weight().data)
         self.banned = np.zeros(cfg.vocab_size, dtype=np.bool_)
         self.banned[[cfg.pad_id, cfg.bos_id]] = True                       # never generated (search.py)
 
@@ -102,9 +101,8 @@ class _Decoder:
     def _encode(self, src):
         """The encoder stack (§3.1): each source position is a query row over its own sentence."""
         model = self.model
-        emb = model.embeddings
         B, S = src.shape
-        x = self._embed(src, emb.shared if emb.tie else emb.src, model.src_positions, 0).reshape(B * S, -1)
+        x = self._embed(src, model.embeddings.table("src"), model.src_positions, 0).reshape(B * S, -1)
         sentence = np.repeat(np.arange(B), S)                              # (B·S,) sentence of each position
 
         def self_attention(y, attn):
@@ -134,8 +132,7 @@ class _Decoder:
         fresh = self._arena_rows(len(tokens))
         self.fed[fresh] = tokens
         self.rows = np.concatenate([self.rows, np.arange(fresh.start, fresh.stop)[:, None]], axis=1)   # (n, P+1)
-        emb = model.embeddings
-        x = self._embed(tokens, emb.shared if emb.tie else emb.tgt, model.tgt_positions, self.rows.shape[1] - 1)
+        x = self._embed(tokens, model.embeddings.table("tgt"), model.tgt_positions, self.rows.shape[1] - 1)
 
         def self_attention(y, i, attn):                                    # §3.2.3: positions ≤ P, cached
             self.keys[i][fresh], self.values[i][fresh] = _linear(y, attn.w_k), _linear(y, attn.w_v)

@@ -34,8 +34,9 @@ class Linear(Function):
     def backward(ctx, grad_out):
         rows, w = ctx.saved
         g = grad_out.reshape(-1, grad_out.shape[-1])           # (..., out) -> (R, out)
-        dx, dw, db = _linear_backward(ctx, rows, w, g, with_bias=len(ctx.needs_input_grad) == 3)
-        return (dx, dw, db) if len(ctx.needs_input_grad) == 3 else (dx, dw)
+        needs = ctx.needs_input_grad
+        dx, dw, db = _linear_backward(ctx, rows, w, g, with_bias=len(needs) == 3 and needs[2])  # a frozen b: no db
+        return (dx, dw, db) if len(needs) == 3 else (dx, dw)
 
 
 class LinearReLU(Function):
@@ -90,8 +91,11 @@ class StackedLinear(Function):
         rows, w = ctx.saved
         n = w.shape[0]
         g = grad_out.reshape(n, -1, grad_out.shape[-1])        # (n, ..., out) -> (n, R, out)
-        dx, dw, db = _linear_backward(ctx, rows, w, g, with_bias=len(ctx.needs_input_grad) == 1 + 2 * n)
-        return (dx, *(None if dw is None else dw), *(() if db is None else db))
+        needs, biased = ctx.needs_input_grad, len(ctx.needs_input_grad) == 1 + 2 * n
+        dx, dw, db = _linear_backward(ctx, rows, w, g, with_bias=biased and any(needs[1 + n:]))
+        dws = (None,) * n if dw is None else dw                 # frozen weights or biases: None each
+        dbs = () if not biased else (None,) * n if db is None else db
+        return (dx, *dws, *dbs)
 
 
 def _rows_and_weights(ctx, x, params, half):

@@ -46,6 +46,23 @@ def test_dropout_add_layernorm_backward_matches_reference(monkeypatch, version, 
         sums = name.startswith("dg") or name.startswith("db")
         assert_close(a, b, f"v{version} {name}", atol=1e-5 * np.sqrt(rows) if sums and dtype == np.float32 else None)
     assert (got[1] is got[0]) == (p == 0.0)
+    with pytest.raises(ValueError, match="one or two"):    # more are added first (Backend.at_most_two)
+        numba_cpu.dropout_add_layernorm_backward(args[0] * 3, *args[1:])
+
+
+@pytest.mark.parametrize("version", sorted(numba_cpu.VERSIONS))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_time_major_draws_are_read_where_they_lie(monkeypatch, version, dtype):
+    """Time-major z (T, B, D) with the swapped view of (B, T, D) draws (Backend.draws): the reference's
+    gradients on those draws, the draws read in place (numba_draws.draw_rows)."""
+    monkeypatch.setattr(numba_cpu, "DEFAULT", version)
+    rng = np.random.default_rng(5)
+    dys, z, _, p, gamma, mean, rstd = inputs(rng, (5, 3, 16), dtype, 0.3, True)
+    u = rng.random((3, 5, 16)).astype(np.float32).swapaxes(0, 1)
+    args = (dys, z, u, p, gamma, mean, rstd, True)
+    for name, a, b in zip(("dx", "ds", "dgamma", "dbeta", "dbias"), numba_cpu.dropout_add_layernorm_backward(*args),
+                          dropout_add_layernorm_backward_ref(*args)):
+        assert_close(a, b, f"v{version} {name}", atol=1e-4 if dtype == np.float32 and name[1] in "gb" else None)
 
 
 def test_dropout_add_layernorm_backward_reference_is_the_unfused_chain():

@@ -12,6 +12,7 @@ from minitensor.kernels.bf16_cast.reference import as_float64
 from minitensor.kernels.dropout_add_layernorm_forward import cupy_launch, numba_cpu
 from minitensor.kernels.dropout_add_layernorm_forward.reference import dropout_add_layernorm_forward_ref
 from minitensor.kernels.layernorm_forward.reference import layernorm_forward_ref
+from minitensor.kernels.numba_draws import draw_rows
 from tests.kernels._close import as_dtype, assert_close
 from tests.kernels._gpu import launcher_on_numpy as on_numpy
 
@@ -38,6 +39,24 @@ def test_dropout_add_layernorm_forward_matches_reference(monkeypatch, version, d
     for name, a, b in zip(("y", "z", "mean", "rstd"), got, dropout_add_layernorm_forward_ref(*args)):
         assert a.dtype == b.dtype and a.shape == b.shape, name
         assert_close(a, b, f"v{version} {name}", rtol=1e-4 if dtype == np.float32 and name == "rstd" else None)
+
+
+@pytest.mark.parametrize("version", sorted(numba_cpu.VERSIONS))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_time_major_draws_are_read_where_they_lie(monkeypatch, version, dtype):
+    """Time-major x (T, B, D) with the swapped view of (B, T, D) draws, as Backend.draws hands them: every
+    version matches the reference on those draws, and the wrapper reads them without a copy."""
+    monkeypatch.setattr(numba_cpu, "DEFAULT", version)
+    rng = np.random.default_rng(4)
+    x, s, _, p, bias, gamma, beta, eps = inputs(rng, (5, 3, 16), dtype, 0.3, True)
+    u = rng.random((3, 5, 16)).astype(np.float32).swapaxes(0, 1)
+    for name, a, b in zip(("y", "z", "mean", "rstd"), numba_cpu.dropout_add_layernorm_forward(x, s, u, p, bias, gamma,
+                                                                                              beta, eps),
+                          dropout_add_layernorm_forward_ref(x, s, u, p, bias, gamma, beta, eps)):
+        assert_close(a, b, f"v{version} {name}", rtol=1e-4 if dtype == np.float32 and name == "rstd" else None)
+    rows, positions, batch = draw_rows(u, 16)
+    assert np.shares_memory(rows, u) and rows.flags.c_contiguous and (positions, batch) == (5, 3)
+    assert draw_rows(np.ascontiguousarray(u), 16)[1:] == (0, 0)
 
 
 def test_dropout_add_layernorm_forward_reference_is_its_definition():

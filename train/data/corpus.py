@@ -34,6 +34,7 @@ from tqdm import tqdm
 from train.data.files import ReadStats, iter_parallel, write_atomic
 from train.data.progress import progress_bar
 from train.errors import InputError
+from train.threads import usable_cores
 
 CORPUS_FORMAT = 2  # 2: ids as uint16 when the vocabulary fits
 POOL_MIN_BYTES = 64 << 20  # below this much text, starting worker processes costs more than it saves
@@ -46,8 +47,7 @@ def ids_dtype(vocab_size: int) -> np.dtype:
 
 def default_workers(text_bytes: int) -> int:
     """Encoding processes for a corpus of this size: one per usable core (at most 16), or 1 (no pool) when small."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return 1 if text_bytes < POOL_MIN_BYTES else max(1, min(cores, 16))
+    return 1 if text_bytes < POOL_MIN_BYTES else max(1, min(usable_cores(), 16))
 
 
 def encode_pairs(encode_batch, src: list[str], tgt: list[str], dtype) -> tuple[np.ndarray, ...]:

@@ -8,7 +8,8 @@ Python strings, skipping empty pairs and, optionally, pairs that are too long.
 Files are UTF-8, one sentence a line; a name ending in `.gz` is read through
 gzip. Every problem with the input raises `InputError` naming the file (and the
 line, where there is one). Lines are stripped of surrounding whitespace.
-`output_writer` writes output as it comes, to stdout or a new file (never over one unless forced).
+`output_writer` writes output as it comes, to stdout or a new file (never over one unless forced); `write_new`
+writes a new file whole, never over one made meanwhile.
 
 """
 
@@ -17,6 +18,7 @@ import gzip
 import os
 import resource
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import zip_longest
@@ -173,6 +175,26 @@ def write_atomic(path: str | Path, data: bytes) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def write_new(path: str | Path, data: bytes) -> None:
+    """Write `data` to `path`, a file that must not exist, whole or not at all: FileExistsError where one is there,
+    however late it appeared (the check and the write are one step: a complete private temporary is hard-linked
+    to `path`, which fails where `path` exists; where the file system has no hard links, an exclusive create)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise
+        except OSError:  # no hard links here (FAT, some network file systems)
+            with open(path, "xb") as f:
+                f.write(data)
+    finally:
+        os.unlink(tmp)
 
 
 @contextlib.contextmanager

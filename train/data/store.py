@@ -26,6 +26,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import time
@@ -184,22 +185,25 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+# The only names _tmp_folder makes: a prepared corpus's key or a generated task's name, then host and pid.
+_BUILD_NAME = re.compile(r"(?:[0-9a-f]{16}|builtin|ptb)\.tmp-(?P<host>.+)-(?P<pid>\d+)")
+
+
 def remove_stale_builds(data_dir: Path) -> None:
-    """Delete what killed processes left: `*.tmp-<host>-<pid>` build folders of this host and
-    `*.tmp-<pid>` temporaries of atomic writes, once their process is gone."""
+    """Delete the build folders killed processes left (`<key>.tmp-<host>-<pid>`, `builtin.tmp-...`, `ptb.tmp-...`)
+    of this host, once their process is gone. data_dir may be a folder of the user's: anything else in it,
+    a file or a folder whose name merely looks like a temporary, is the user's and stays."""
     for tmp in Path(data_dir).glob("*.tmp-*"):
-        host, _, pid = tmp.name.rpartition(".tmp-")[2].rpartition("-")
-        if not pid.isdigit() or pid_alive(int(pid)):
-            continue
-        if tmp.is_dir() and host == socket.gethostname():
+        build = _BUILD_NAME.fullmatch(tmp.name)
+        if (build and build["host"] == socket.gethostname() and tmp.is_dir() and not tmp.is_symlink()
+                and not pid_alive(int(build["pid"]))):
             shutil.rmtree(tmp, ignore_errors=True)
-        elif tmp.is_file() and not host:
-            tmp.unlink(missing_ok=True)
 
 
 def _tmp_folder(data_dir: Path, name: str) -> Path:
-    """A new, private data_dir/<name>.tmp-<host>-<pid> folder to build in."""
+    """A new, private data_dir/<name>.tmp-<host>-<pid> folder to build in (a name remove_stale_builds knows)."""
     tmp = data_dir / f"{name}.tmp-{socket.gethostname()}-{os.getpid()}"
+    assert _BUILD_NAME.fullmatch(tmp.name), f"{tmp.name}: not a build folder's name"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     return tmp

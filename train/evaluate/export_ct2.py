@@ -73,9 +73,9 @@ def transformer_spec(model):
     spec.config.layer_norm_epsilon = cfg.layernorm_eps
     spec.config.add_source_eos = True                                     # sources end with EOS, as ours
     emb = model.embeddings
-    _stack_inputs(spec.encoder, emb.shared if emb.tie else emb.src, model.src_positions)
-    _stack_inputs(spec.decoder, emb.shared if emb.tie else emb.tgt, model.tgt_positions)
-    spec.decoder.projection.weight = _array(emb.shared.weight if emb.tie else emb.generator.weight.T)  # (V, D)
+    _stack_inputs(spec.encoder, emb.table("src"), model.src_positions)
+    _stack_inputs(spec.decoder, emb.table("tgt"), model.tgt_positions)
+    spec.decoder.projection.weight = _array(emb.output_weight().data.T)  # (V, D)
     for layer_spec, layer in zip(spec.encoder.layer, model.encoder.layers):
         attn = layer.self_attn
         _linear(layer_spec.self_attention.linear[0], attn.w_q, attn.w_k, attn.w_v)   # (3D, D)

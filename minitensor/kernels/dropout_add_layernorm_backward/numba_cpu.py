@@ -4,14 +4,18 @@ v1: rows split into one chunk per thread; each row's dz (term by term, as layern
     (the same dropout mask) and its own chunk's partial column sums (dgamma, dbeta, dbias), then
     the partials summed in order
 
-Shapes: N = rows (every leading axis merged), D = d_model, P = chunks (threads).
+Shapes: N = rows (every leading axis merged), D = d_model, P = chunks (threads). u: the draws' rows where
+they lie, row logical_row(i, positions, batch) for z's row i (numba_draws.py: time-major draws are not copied).
 """
 import numpy as np
 from numba import get_num_threads, njit, prange
 
+from ..numba_draws import draw_rows, logical_row
+
 
 @njit(cache=True, parallel=True)
-def dropout_add_layernorm_backward_v1(dy, dy2, two, z, u, p, gamma, mean, rstd, num_chunks, dx, ds, sums):
+def dropout_add_layernorm_backward_v1(dy, dy2, two, z, u, positions, batch, p, gamma, mean, rstd, num_chunks, dx, ds,
+                                      sums):
     N, D = z.shape
     keep_scale = 1.0 / (1.0 - p)
     partial = np.zeros((num_chunks, 3, D))  # (P, 3, D) float64: dgamma, dbeta, dbias
@@ -29,6 +33,7 @@ def dropout_add_layernorm_backward_v1(dy, dy2, two, z, u, p, gamma, mean, rstd, 
                 partial[c, 0, j] += d * xhat
                 partial[c, 1, j] += d
             g_mean, gx_mean = g_sum / D, gx_sum / D
+            ui = logical_row(i, positions, batch)
             for j in range(D):
                 d = np.float64(dy[i, j]) + (np.float64(dy2[i, j]) if two else 0.0)
                 xhat = (np.float64(z[i, j]) - mean[i]) * rstd[i]
@@ -37,7 +42,7 @@ def dropout_add_layernorm_backward_v1(dy, dy2, two, z, u, p, gamma, mean, rstd, 
                 dx[i, j] = rounded
                 dsv = np.float64(rounded)  # the mask on the rounded dz; ds is dx without one (never read back)
                 if p > 0.0:
-                    rounded = ds.dtype.type(dsv * keep_scale if u[i, j] >= p else 0.0)
+                    rounded = ds.dtype.type(dsv * keep_scale if u[ui, j] >= p else 0.0)
                     ds[i, j] = rounded
                     dsv = np.float64(rounded)
                 partial[c, 2, j] += dsv
@@ -54,18 +59,20 @@ DEFAULT = 1
 
 
 def dropout_add_layernorm_backward(dys, z, u, p, gamma, mean, rstd, with_bias):
-    """(dx, ds, dgamma, dbeta, dbias) of z = x + Dropout(s + bias), y = LayerNorm(z); dys: 1 or 2 gradients of y."""
-    if len(dys) > 2:
-        dys = (dys[0], sum(dys[1:]))
+    """(dx, ds, dgamma, dbeta, dbias) of z = x + Dropout(s + bias), y = LayerNorm(z); dys: 1 or 2 gradients of y
+    (Backend.at_most_two adds more first)."""
+    if len(dys) not in (1, 2):
+        raise ValueError(f"dropout_add_layernorm_backward: one or two gradients, got {len(dys)}")
     D = z.shape[-1]
     z2 = np.ascontiguousarray(z).reshape(-1, D)  # (N, D)
     dy, dy2 = (np.ascontiguousarray(d, dtype=z.dtype).reshape(-1, D) for d in (dys[0], dys[-1]))
-    u2 = z2 if p == 0.0 else np.ascontiguousarray(u).reshape(-1, D)
+    u2, positions, batch = (z2, 0, 0) if p == 0.0 else draw_rows(u, D)
     dx = np.empty_like(z2)
     ds = dx if p == 0.0 else np.empty_like(z2)  # without dropout ds is dx
     sums = np.empty((3, D))
     num_chunks = max(1, min(z2.shape[0], 4 * get_num_threads()))
-    VERSIONS[DEFAULT](dy, dy2, len(dys) == 2, z2, u2, float(p), np.ascontiguousarray(gamma, dtype=np.float64),
+    VERSIONS[DEFAULT](dy, dy2, len(dys) == 2, z2, u2, positions, batch, float(p),
+                      np.ascontiguousarray(gamma, dtype=np.float64),
                       np.ascontiguousarray(mean, dtype=np.float64).reshape(-1),
                       np.ascontiguousarray(rstd, dtype=np.float64).reshape(-1), num_chunks, dx, ds, sums)
     dgamma, dbeta, dbias = (sums[k].astype(gamma.dtype) for k in range(3))

@@ -4,21 +4,26 @@ v1: naive port of the reference: one row per prange iteration, z written, then t
     and variance over the written z, then y
 v2: the same passes with fastmath and the elementwise work in x's dtype (float64 row sums), so they vectorise
 
-Shapes: N = rows (every leading axis merged), D = d_model.
+Shapes: N = rows (every leading axis merged), D = d_model. u: the draws' rows where they lie, row
+logical_row(i, positions, batch) for x's row i (numba_draws.py: time-major draws are not copied).
 """
 import numpy as np
 from numba import njit, prange
 
+from ..numba_draws import draw_rows, logical_row
+
 
 @njit(cache=True, parallel=True)
-def dropout_add_layernorm_forward_v1(x, s, u, p, bias, has_bias, gamma, beta, eps, y, z, mean, rstd):
+def dropout_add_layernorm_forward_v1(x, s, u, positions, batch, p, bias, has_bias, gamma, beta, eps, y, z, mean,
+                                     rstd):
     N, D = x.shape
     keep_scale = 1.0 / (1.0 - p)
     for i in prange(N):
+        ui = logical_row(i, positions, batch)
         for j in range(D):
             d = np.float64(s[i, j]) + (np.float64(bias[j]) if has_bias else 0.0)
             if p > 0.0:
-                d = d * keep_scale if u[i, j] >= p else 0.0
+                d = d * keep_scale if u[ui, j] >= p else 0.0
             z[i, j] = np.float64(x[i, j]) + d
         total = 0.0
         for j in range(D):
@@ -36,16 +41,18 @@ def dropout_add_layernorm_forward_v1(x, s, u, p, bias, has_bias, gamma, beta, ep
 
 
 @njit(cache=True, parallel=True, fastmath={"nsz", "arcp", "contract", "afn", "reassoc"})
-def dropout_add_layernorm_forward_v2(x, s, u, p, bias, has_bias, gamma, beta, eps, y, z, mean, rstd):
+def dropout_add_layernorm_forward_v2(x, s, u, positions, batch, p, bias, has_bias, gamma, beta, eps, y, z, mean,
+                                     rstd):
     N, D = x.shape
     t = x.dtype.type
     keep_scale, zero, p_u = t(1.0 / (1.0 - p)), t(0.0), u.dtype.type(p)
     for i in prange(N):
+        ui = logical_row(i, positions, batch)
         total = 0.0
         for j in range(D):
             d = s[i, j] + bias[j] if has_bias else s[i, j]
             if p > 0.0:
-                d = d * keep_scale if u[i, j] >= p_u else zero
+                d = d * keep_scale if u[ui, j] >= p_u else zero
             v = x[i, j] + d
             z[i, j] = v
             total += v
@@ -71,11 +78,12 @@ def dropout_add_layernorm_forward(x, s, u, p, bias, gamma, beta, eps):
     D = x.shape[-1]
     x2 = np.ascontiguousarray(x).reshape(-1, D)  # (N, D)
     s2 = np.ascontiguousarray(s, dtype=x.dtype).reshape(-1, D)
-    u2 = x2 if p == 0.0 else np.ascontiguousarray(u).reshape(-1, D)  # unread without dropout
+    u2, positions, batch = (x2, 0, 0) if p == 0.0 else draw_rows(u, D)  # unread without dropout
     b = np.zeros(D, x.dtype) if bias is None else np.ascontiguousarray(bias, dtype=x.dtype)
     stats = np.float64 if x.dtype == np.float64 else np.float32
     y2, z2 = np.empty_like(x2), np.empty_like(x2)
     mean, rstd = np.empty(x2.shape[0], dtype=stats), np.empty(x2.shape[0], dtype=stats)
-    VERSIONS[DEFAULT](x2, s2, u2, float(p), b, bias is not None, np.ascontiguousarray(gamma, dtype=x.dtype),
-                      np.ascontiguousarray(beta, dtype=x.dtype), float(eps), y2, z2, mean, rstd)
+    VERSIONS[DEFAULT](x2, s2, u2, positions, batch, float(p), b, bias is not None,
+                      np.ascontiguousarray(gamma, dtype=x.dtype), np.ascontiguousarray(beta, dtype=x.dtype), float(eps),
+                      y2, z2, mean, rstd)
     return y2.reshape(x.shape), z2.reshape(x.shape), mean.reshape(x.shape[:-1]), rstd.reshape(x.shape[:-1])

@@ -5,7 +5,7 @@ import gzip
 import pytest
 
 from train.data.files import (count_lines, iter_lines, multi30k_paths, newstest_paths, peak_rss_bytes, read_parallel,
-                        shared_data_dir)
+                        shared_data_dir, write_new)
 from train.errors import InputError
 
 SRC = ["one red apple is on the table", "two books are in the box", "", "Grüße aus Köln",
@@ -134,3 +134,19 @@ def test_real_newstest2014_is_the_full_set():
         pytest.skip("WMT newstest not in ../shared/data")
     _, stats = read_parallel(*newstest_paths(2014))
     assert stats.n_lines == 3003  # §6.1 evaluates on the full newstest2014
+
+
+@pytest.mark.parametrize("hard_links", [True, False])
+def test_write_new_writes_a_new_file_whole_and_never_over_one(tmp_path, monkeypatch, hard_links):
+    """A new file gets the bytes; an existing one stays as it was (FileExistsError); no temporary is left,
+    where the file system has hard links and where it has none (an exclusive create then)."""
+    if not hard_links:
+        def no_links(src, dst):
+            raise PermissionError("hard links not supported")
+        monkeypatch.setattr("os.link", no_links)
+    write_new(tmp_path / "new.txt", b"ours")
+    (tmp_path / "users.txt").write_bytes(b"the user's")
+    with pytest.raises(FileExistsError):
+        write_new(tmp_path / "users.txt", b"ours")
+    assert (tmp_path / "new.txt").read_bytes() == b"ours" and (tmp_path / "users.txt").read_bytes() == b"the user's"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new.txt", "users.txt"]

@@ -159,17 +159,24 @@ def test_prepared_data_is_keyed_by_content_and_reused(tmp_path, number_files):
 
 
 def test_stale_build_folders_of_dead_processes_are_removed(tmp_path):
+    """Only the store's own build folders (the names _tmp_folder makes) of a dead process on this host go;
+    a user's file or folder in the data folder that merely looks like a temporary of a dead pid stays."""
     done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead, host = int(done.stdout), socket.gethostname()
     stale = tmp_path / f"0123456789abcdef.tmp-{host}-{dead}"
+    stale_task = tmp_path / f"builtin.tmp-{host}-{dead}"
     live = tmp_path / f"fedcba9876543210.tmp-{host}-{os.getpid()}"
     elsewhere = tmp_path / f"aaaaaaaaaaaaaaaa.tmp-another-host-{dead}"
-    for folder in (stale, live, elsewhere):
+    users_folder = tmp_path / f"my-corpus.tmp-{host}-{dead}"
+    for folder in (stale, stale_task, live, elsewhere, users_folder):
         folder.mkdir()
-    half_written = tmp_path / f"file_hashes.json.tmp-{dead}"
-    half_written.write_text("{")
+    (users_folder / "notes.txt").write_text("the user's")
+    users_file = tmp_path / f"train.en.tmp-{dead}"
+    users_file.write_text("the user's half-edited corpus")
     remove_stale_builds(tmp_path)
-    assert not stale.exists() and not half_written.exists() and live.is_dir() and elsewhere.is_dir()
+    assert not stale.exists() and not stale_task.exists() and live.is_dir() and elsewhere.is_dir()
+    assert users_file.read_text() == "the user's half-edited corpus"
+    assert (users_folder / "notes.txt").read_text() == "the user's"
 
 
 def test_resume_refuses_changed_training_data_naming_it(tmp_path, number_files):

@@ -117,3 +117,26 @@ def test_bad_gold_file_is_a_one_line_error_naming_file_and_line(tmp_path):
     empty = tmp_path / "empty.txt"
     empty.write_text("")
     assert_one_line_error(run_cli("evalb", str(empty), str(bad)), f"{empty}:1: empty file")
+
+
+def test_parse_eval_never_overwrites_an_out_file_made_while_it_parses(tmp_path, monkeypatch, capsys):
+    """--out is checked before parsing and written when parsing is done: a file made in between (by the user,
+    another parse-eval) survives, and the command ends with one line saying so, leaving no temporary."""
+    from train import commands
+    from train.__main__ import main
+    from train.evaluate import translate
+
+    gold, out = tmp_path / "gold.mrg", tmp_path / "parsed.txt"
+    gold.write_text("\n".join(TREES) + "\n")
+
+    def parse_while_the_user_writes_out(model, tokenizer, lines, **options):
+        out.write_text("the user's")                       # after the check, before the write
+        return [""] * len(lines)
+
+    monkeypatch.setattr(commands, "_load", lambda args: (None, None))
+    monkeypatch.setattr(translate, "translate_lines", parse_while_the_user_writes_out)
+    assert main(["parse-eval", "--ckpt", "unused.safetensors", "--gold", str(gold), "--out", str(out)]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert out.read_text() == "the user's"
+    assert len(errors) == 1 and errors[0].startswith(f"error: {out}: made while parsing"), errors
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gold.mrg", "parsed.txt"]

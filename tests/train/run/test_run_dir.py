@@ -192,6 +192,35 @@ def test_average_and_translate_replace_in_a_run_directory_only_a_file_of_the_run
     assert Manifest.load(run_dir).owns("out.txt")
 
 
+def test_translate_through_a_symlink_into_a_run_directory_is_that_runs_write(straight, tmp_path):
+    """`translate --output LINK --force`, LINK a symlink (outside the run) to a file in a run directory: the path
+    is resolved before the run is looked for, so a user's file there is refused and left as it was, and a file
+    of the run's is replaced and recorded anew in the run's manifest (it stays the run's)."""
+    from train import commands
+    from train.__main__ import build_parser
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(straight, run_dir)
+    source = tmp_path / "src.txt"
+    source.write_text("one two\nthree four five\n")
+    translate = ["translate", "--ckpt", str(checkpointing.run_checkpoints(run_dir)[-1]), "--input", str(source),
+                 "--backend", "numpy", "--threads", "1", "--force", "--output"]
+    assert commands.translate(build_parser().parse_args(translate + [str(run_dir / "out.txt")])) == 0
+    notes = run_dir / "notes.txt"
+    notes.write_text("the user's notes")
+    to_notes, to_out = tmp_path / "notes-link.txt", tmp_path / "out-link.txt"
+    to_notes.symlink_to(notes)
+    to_out.symlink_to(run_dir / "out.txt")
+    with pytest.raises(InputError, match="this tool did not write it"):
+        commands.translate(build_parser().parse_args(translate + [str(to_notes)]))
+    assert notes.read_text() == "the user's notes"
+    source.write_text("one\n")                                    # a shorter output: another size and hash
+    before = (run_dir / "out.txt").read_bytes()
+    assert commands.translate(build_parser().parse_args(translate + [str(to_out)])) == 0
+    assert (run_dir / "out.txt").read_bytes() != before and to_out.is_symlink()
+    assert Manifest.load(run_dir).owns("out.txt")
+
+
 def test_settle_deletes_a_temporary_only_beside_a_write_it_announced(tmp_path):
     """A `<file>.tmp-<pid>` of a dead process is ours only while the manifest says that file is being written;
     beside a file recorded complete, a file of that name is the user's and stays."""
