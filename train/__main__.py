@@ -61,8 +61,8 @@ def _add_decoding(parser: argparse.ArgumentParser, beam: int = 4, alpha: float =
                         help="tokenizer.model (default: the one in the checkpoint's run directory)")
     parser.add_argument("--backend", default="cpu", help="numpy, numba, cupy, cpu or cuda (default cpu)")
     parser.add_argument("--threads", type=int, default=None,
-                        help="CPU threads for BLAS and Numba (default 4, at most the cores this process may use; "
-                             "printed on stderr)")
+                        help="CPU threads, each decoding whole batches (default 4, at most the cores this process "
+                             "may use; printed on stderr)")
 
 
 def _add_paper_recipe(parser: argparse.ArgumentParser) -> None:

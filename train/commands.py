@@ -21,7 +21,7 @@ from train.evaluate.scores import corpus_scores
 from train.run import checkpointing
 from train.run.manifest import Manifest, run_containing
 from train.run.run_data import recorded_file
-from train.threads import cpu_threads, decoding_threads
+from train.threads import busy_note, cpu_threads, current_threads, decoding_threads
 from transformer.checkpoint import CheckpointError
 
 
@@ -121,9 +121,10 @@ def _check_decoding(args) -> None:
 def _decoding_threads(args, on_stdout: bool = True):
     """A fixed number of CPU threads for decoding (--threads, default train/threads.py's), said on stdout
     (or, where stdout carries the translations, on stderr if a person watches it, as progress bars are)."""
-    with cpu_threads(decoding_threads(args.threads)) as threads:
+    with cpu_threads(decoding_threads(args.threads)):
         if on_stdout or sys.stderr.isatty():
-            print(f"CPU threads: {', '.join(threads)}", file=sys.stdout if on_stdout else sys.stderr, flush=True)
+            said = filter(None, [f"{current_threads()}, each decoding whole batches", busy_note()])
+            print(f"CPU threads: {'; '.join(said)}", file=sys.stdout if on_stdout else sys.stderr, flush=True)
         yield
 
 

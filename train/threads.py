@@ -18,12 +18,14 @@ starts, as training prints its own.
 """
 
 import contextlib
+import contextvars
 import ctypes
 import os
 import re
 import warnings
 from pathlib import Path
 
+_IN_FORCE: contextvars.ContextVar = contextvars.ContextVar("cpu_threads", default=0)   # cpu_threads' n, 0 outside
 DECODE_THREADS = 4  # decoding's default, at most the usable cores (CTranslate2's default intra_threads is 4 too)
 
 _OPENBLAS_NAMES = (("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
@@ -65,6 +67,12 @@ def _numba():
 def usable_cores() -> int:
     """The cores this process may run on (its CPU affinity; all of them where that is unknown)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def current_threads() -> int:
+    """The thread count of the innermost `cpu_threads` block; outside one, the usable cores (BLAS's and
+    Numba's own default)."""
+    return _IN_FORCE.get() or usable_cores()
 
 
 def decoding_threads(requested: int | None = None) -> int:
@@ -112,9 +120,11 @@ def cpu_threads(n: int):
     note = busy_note()
     if note:
         done.append(note)
+    token = _IN_FORCE.set(n)
     try:
         yield done
     finally:
+        _IN_FORCE.reset(token)
         if numba:
             numba.set_num_threads(before_numba)
         for (setter, _), count in zip(blas, before_blas):

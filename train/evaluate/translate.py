@@ -9,7 +9,12 @@ UTF-8 gives an empty output line and a warning naming it, a line longer than the
 positions is cut to fit (and named), and every other line is translated. A file is
 translated a chunk of lines at a time, and each chunk's output is written as it is done.
 On the CPU the searches are transformer/fast_search.py's (the same outputs as
-transformer/search.py's, several times faster).
+transformer/search.py's, several times faster), and the batches are shared among the threads
+in force (train/threads.py: `cpu_threads`), each thread decoding whole batches on one BLAS
+thread. Threads that split every product and kernel wait for each other many times a step,
+and on a busy machine for whichever one another program holds: an untrained base model's
+beam 4 on 64 sentences took 2x longer that way on a quiet machine, 5x with one busy program
+beside it (README, "Serving a trained model").
 
 `translate_stream` does the same for a stream that a person or a program writes
 line by line (stdin): it waits for one line, takes whatever else has already
@@ -27,21 +32,28 @@ import queue
 import threading
 import warnings
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 import minitensor as mt
 from train.data.batching import make_batches, pad_batch
 from train.errors import InputError
+from train.threads import cpu_threads, current_threads
 from transformer import fast_search, search
 
 CHUNK_LINES = 2000  # a file is translated (sorted by length, batched) and written this many lines at a time
 MAX_SENTENCES = 1024  # sentences per decoding batch, at most
+MIN_SHARED_TOKENS = 256  # shared among threads, a batch keeps at least this many source tokens
 
 
-def length_batches(lengths: Sequence[int], max_tokens: int) -> list:
+def length_batches(lengths: Sequence[int], max_tokens: int, workers: int = 1) -> list:
     """The decoding batches (lists of sentence indices) for sentences of these lengths, EOS included:
-    sorted by length, about max_tokens source tokens each; a sentence longer than that goes alone."""
-    return make_batches(lengths, lengths, max(max_tokens, max(lengths, default=1)), max_sentences=MAX_SENTENCES)
+    sorted by length, about max_tokens source tokens each; a sentence longer than that goes alone.
+    For `workers` threads, smaller where needed so that each thread gets one (fewer, larger batches: fewer
+    steps of Python, larger products)."""
+    shared = -(-sum(lengths) // workers) if workers > 1 else max_tokens
+    budget = min(max_tokens, max(shared, MIN_SHARED_TOKENS))
+    return make_batches(lengths, lengths, max(budget, max(lengths, default=1)), max_sentences=MAX_SENTENCES)
 
 
 def _searches(model):
@@ -56,20 +68,39 @@ def _decode_batches(model, sources: Sequence[Sequence[int]], decode: Callable, m
     eos, pad = model.config.eos_id, model.config.pad_id
     with_eos = [list(s) + [eos] for s in sources]
     lengths = [len(s) for s in with_eos]
+    workers = current_threads() if fast_search.supports(model) else 1    # search.py's Tensor ops: one thread
     outputs: list = [None] * len(sources)
+
+    def decode_batch(batch):
+        return batch, decode(pad_batch([with_eos[i] for i in batch], pad))   # (B, S) in
+
     was_training = model.training
-    model.eval()
+    model.eval()                                                           # for every thread, before any starts
     try:
-        with mt.no_grad():
-            for batch in length_batches(lengths, max_tokens):
-                src = pad_batch([with_eos[i] for i in batch], pad)  # (B, S)
-                for i, hyp in zip(batch, decode(src)):
+        with mt.no_grad(), cpu_threads(1 if workers > 1 else 0):
+            batches = length_batches(lengths, max_tokens, workers)[::-1]   # the longest first: they end together
+            for batch, hyps in _as_done(decode_batch, batches, workers):
+                for i, hyp in zip(batch, hyps):
                     outputs[i] = hyp
                 if on_batch is not None:
                     on_batch(len(batch))
     finally:
         model.train(was_training)
     return outputs
+
+
+def _as_done(fn: Callable, items: Sequence, workers: int):
+    """fn(item) of every item, yielded as each is done: in this thread for one worker, else on `workers` threads."""
+    if workers == 1:
+        yield from map(fn, items)
+        return
+    with ThreadPoolExecutor(workers) as pool:
+        futures = [pool.submit(fn, item) for item in items]
+        try:
+            for done in as_completed(futures):
+                yield done.result()
+        finally:
+            pool.shutdown(cancel_futures=True)                             # an error or ^C: start no more
 
 
 def translate_ids(model, sources: Sequence[Sequence[int]], beam: int = 4, alpha: float = 0.6,

@@ -8,11 +8,13 @@ Models (each skipped, with the reason said, when what it needs is missing):
   or --ckpt CKPT --src FILE: any checkpoint of ours on any text.
 
 Each model is exported to CTranslate2 (train/evaluate/export_ct2.py) and both decode the
-same sentences, greedy and beam 4 (α 0.6), with the same thread count (ours: BLAS and
-Numba; CTranslate2: intra_threads, one translator, Intel MKL's products: _ct2_at_its_best).
-Ours is `translate_ids`, what `python -m train translate` runs; CTranslate2 runs in a process of
-its own (in ours, its threads slowed our decoding), timed there. CTranslate2 gets our batches (length-sorted, the same
-source-token budget) with each batch's length limit as its `max_decoding_length`; an
+same sentences, greedy and beam 4 (α 0.6), with the same thread count (ours: one batch per
+thread, train/evaluate/translate.py; CTranslate2 both ways it has, all threads on one batch at a
+time and one batch per thread, the faster of the two each repeat, Intel MKL's products:
+_ct2_at_its_best). Ours is `translate_ids`, what `python -m train translate` runs; CTranslate2
+runs in a process of its own (in ours, its threads slowed our decoding), timed there.
+CTranslate2 gets our batches (length-sorted, the same source-token budget, shared among the
+threads) with each batch's length limit as its `max_decoding_length`; an
 untrained model never says EOS, so both decode to the limit: CTranslate2 runs more positions,
 and the report adds the ratio of wall time per decoder position (the best output's tokens and
 EOS, at most the limit; for beam search an estimate). Repeats interleave the two
@@ -111,15 +113,26 @@ def _timed(fn):
 
 
 def _serve_ct2(conn, model_dir: str, threads: int, pieces: list[str]) -> None:
-    """The CTranslate2 process: load the model, then decode (batches, limits, beam) requests until None."""
+    """The CTranslate2 process: load the model, then decode (batches, limits, beam, layout) requests until None.
+
+    Its two ways to use `threads`: "intra", one batch at a time on all of them (its default), and
+    "inter", `threads` batches at once on one thread each (as ours decodes, train/evaluate/translate.py).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
     import ctranslate2
 
-    translator = ctranslate2.Translator(model_dir, device="cpu", inter_threads=1, intra_threads=threads)
+    translators = {"intra": ctranslate2.Translator(model_dir, device="cpu", inter_threads=1, intra_threads=threads),
+                   "inter": ctranslate2.Translator(model_dir, device="cpu", inter_threads=threads, intra_threads=1)}
     conn.send("loaded")
-    while (request := conn.recv()) is not None:
-        batches, limits, beam = request
-        conn.send(_timed(lambda: [ct2_translate(translator, batch, pieces, beam=beam, max_length=limit)
-                                  for batch, limit in zip(batches, limits)]))
+    with ThreadPoolExecutor(threads) as pool:
+        while (request := conn.recv()) is not None:
+            batches, limits, beam, layout = request
+
+            def one(batch_and_limit, translator=translators[layout]):
+                return ct2_translate(translator, batch_and_limit[0], pieces, beam=beam, max_length=batch_and_limit[1])
+            run = map if layout == "intra" else pool.map                   # translate_batch frees the GIL
+            conn.send(_timed(lambda: list(run(one, zip(batches, limits)))))
 
 
 class _Ct2Process:
@@ -133,9 +146,9 @@ class _Ct2Process:
         self.process.start()
         self.conn.recv()
 
-    def decode(self, batches: list[list[list[int]]], limits: list[int], beam: int):
-        """(outputs per batch, wall seconds, CPU seconds) of CTranslate2 decoding the batches."""
-        self.conn.send((batches, limits, beam))
+    def decode(self, batches: list[list[list[int]]], limits: list[int], beam: int, layout: str):
+        """(outputs per batch, wall seconds, CPU seconds) of CTranslate2 decoding the batches ("intra" or "inter")."""
+        self.conn.send((batches, limits, beam, layout))
         return self.conn.recv()
 
     def close(self) -> None:
@@ -148,20 +161,23 @@ def bench_model(name: str, model, tokenizer, lines: list[str], sentences: int, r
     ids = [s for s in tokenizer.encode_batch(lines[:sentences]) if s]
     limits = _limits(ids, model.config.max_len)
     lengths = [len(s) + 1 for s in ids]
-    batches = length_batches(lengths, MAX_TOKENS)                      # translate's
+    batches = length_batches(lengths, MAX_TOKENS, threads)             # translate's, for `threads` threads
     pieces = [tokenizer.processor.id_to_piece(i) for i in range(tokenizer.vocab_size)]
     ct2_use_mkl = _ct2_at_its_best()
     with tempfile.TemporaryDirectory() as folder:
         ct2 = _Ct2Process(export(model, tokenizer, Path(folder) / "ct2"), threads, pieces)
 
     def theirs(beam):
-        per_batch, wall, cpu = ct2.decode([[ids[i] for i in batch] for batch in batches],
-                                          [int(limits[batch].max()) for batch in batches], beam)
+        """CTranslate2's faster layout of this repeat: (outputs, wall, CPU), and the wall time of each."""
+        tries = {layout: ct2.decode([[ids[i] for i in batch] for batch in batches],
+                                    [int(limits[batch].max()) for batch in batches], beam, layout)
+                 for layout in ("intra", "inter")}
+        per_batch, wall, cpu = min(tries.values(), key=lambda t: t[1])
         outputs = [None] * len(ids)
         for batch, batch_out in zip(batches, per_batch):
             for i, out in zip(batch, batch_out):
                 outputs[i] = out
-        return outputs, wall, cpu
+        return outputs, wall, cpu, {layout: t[1] for layout, t in tries.items()}
 
     result = dict(model=name, sentences=len(ids), threads=threads, repeats=repeats, ct2_use_mkl=ct2_use_mkl,
                   d_model=model.config.d_model, N=model.config.N, vocab=model.config.vocab_size)
@@ -170,14 +186,19 @@ def bench_model(name: str, model, tokenizer, lines: list[str], sentences: int, r
             for beam in BEAMS:
                 ours_one = lambda: translate_ids(model, ids, beam=beam, alpha=0.6)   # noqa: E731
                 ours_one(), theirs(beam)                                             # untimed: compiles, warm caches
-                runs = {"ours": [], "ct2": []}
+                runs, layouts = {"ours": [], "ct2": []}, []
                 for r in range(repeats):
                     for who in (("ours", "ct2") if r % 2 == 0 else ("ct2", "ours")):
-                        outputs, wall, cpu = _timed(ours_one) if who == "ours" else theirs(beam)
+                        if who == "ours":
+                            outputs, wall, cpu = _timed(ours_one)
+                        else:
+                            outputs, wall, cpu, walls = theirs(beam)
+                            layouts.append(walls)
                         runs[who].append((wall, cpu, outputs))
                     say(f"  {name} beam {beam} repeat {r + 1}/{repeats}: ours {runs['ours'][-1][0]:.2f} s, "
-                        f"CTranslate2 {runs['ct2'][-1][0]:.2f} s")
-                entry = {}
+                        f"CTranslate2 " + ", ".join(f"{layout} {wall:.2f} s" for layout, wall in layouts[-1].items()))
+                entry = {"ct2_wall_s_by_layout": {layout: statistics.median(walls[layout] for walls in layouts)
+                                                  for layout in layouts[0]}}
                 for clock, index in (("wall", 0), ("cpu", 1)):
                     ours_s, ct2_s = [run[index] for run in runs["ours"]], [run[index] for run in runs["ct2"]]
                     ratios = [a / b for a, b in zip(ours_s, ct2_s)]
@@ -253,8 +274,9 @@ def format_report(results: list[dict]) -> str:
                          f"= {e['ratio_wall']:.2f} "
                          f"(repeats {e['ratio_wall_range'][0]:.2f}-{e['ratio_wall_range'][1]:.2f}); "
                          f"cpu {e['ours_cpu_s']:7.2f} s / {e['ct2_cpu_s']:7.2f} s = {e['ratio_cpu']:.2f}{same}")
-            lines.append(f"           decoder positions {e['ours_positions']} / {e['ct2_positions']}: "
-                         f"wall per position {e['ratio_wall_per_position']:.2f}")
+            by_layout = ", ".join(f"{layout} {wall:.2f} s" for layout, wall in e["ct2_wall_s_by_layout"].items())
+            lines.append(f"           CTranslate2 by layout: {by_layout}; decoder positions {e['ours_positions']} / "
+                         f"{e['ct2_positions']}: wall per position {e['ratio_wall_per_position']:.2f}")
     return "\n".join(lines)
 
 

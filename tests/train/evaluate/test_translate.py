@@ -162,3 +162,26 @@ def test_progress_callback_counts_every_sentence(run):
     translate_lines(model, tokenizer, [f"w{i} w{i + 1}" for i in range(30)] + [""], beam=1, max_tokens=20,
                     on_batch=seen.append)
     assert sum(seen) == 30 and len(seen) > 1  # several batches; the empty line is not decoded
+
+
+def test_threads_share_the_batches_and_change_no_output(run, monkeypatch):
+    """With n threads in force, whole batches go to n threads; the outputs and their order are one thread's."""
+    from train.evaluate import translate
+    from transformer import fast_search
+
+    _, model, tokenizer = run
+    lines = [" ".join(f"w{(7 * i + j) % 200}" for j in range(1 + i % 6)) for i in range(40)]
+    alone = {beam: translate_lines(model, tokenizer, lines, beam=beam) for beam in (1, 3)}
+    callers, decode = set(), fast_search.beam_search
+
+    def recorded(*args, **kwargs):
+        callers.add(threading.get_ident())
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(fast_search, "beam_search", recorded)
+    monkeypatch.setattr(translate, "current_threads", lambda: 3)
+    seen = []
+    assert translate_lines(model, tokenizer, lines, beam=3, on_batch=seen.append) == alone[3]
+    assert translate_lines(model, tokenizer, lines, beam=1) == alone[1]
+    assert len(callers) > 1 and threading.get_ident() not in callers, "batches decoded on the pool's threads"
+    assert sum(seen) == 40 and len(seen) >= 3, "a batch per thread at least, each counted once"
