@@ -12,7 +12,9 @@ outputs. Where search.py spends the time on a CPU, and what is done here instead
 - encoder-decoder keys/values are projected once per sentence and shared by its k beams;
 - one kernel does the log-softmax and the top 2k of each row (decode_kernels.py);
 - the bookkeeping is vectorised over sentences (search.py loops over them in Python);
-- a sentence that is done leaves the batch; search.py carries it to the end.
+- a sentence that is done leaves the batch; search.py carries it to the end;
+- everything runs in the calling thread and the kernels release the GIL, so several threads can
+  each decode a batch of their own (train/evaluate/translate.py) without waiting for each other.
 
 `supports(model)` says whether a model can run here (NumPy arrays, float32 or float64
 activations); train/evaluate/translate.py uses these searches then, search.py otherwise.
