@@ -13,7 +13,12 @@ log_softmax_topk     the log-softmax over the vocabulary and the W best tokens o
     one kernel: two passes over a row's logits instead of NumPy's eight over all of them.
     Padding and BOS count in the normaliser but are never chosen, as in transformer/search.py.
 add_layernorm        §3.1 LayerNorm(x + Sublayer(x)) in one pass over the rows (post-norm's residual);
-layernorm            the same without the residual (pre-norm's LayerNorm(x)).
+layernorm            the same without the residual (pre-norm's LayerNorm(x));
+bias_relu            §3.3's max(0, xW_1 + b_1) after the product, in place.
+
+Each kernel that reads a product adds that product's bias itself (the Q, K, V biases in the
+attention kernels, the last bias of a sublayer in add_layernorm): the fewer calls a step makes,
+the less its threads wait for each other at Python's lock (GIL) between them.
 
 version 1 of each (the only one): the rows one after another in the calling thread, with the
 GIL released, fastmath loops in the input's dtype that LLVM vectorises (all heads of a key row
@@ -50,26 +55,35 @@ def _attention_ref(q, keys, values, heads, valid=None):
     return (weights @ vh).reshape(n, D).astype(q.dtype)                  # (n, H, 1, K) -> (n, D)
 
 
-def self_attention_step_ref(q, keys, values, rows, heads):
-    """q (n, D), keys/values (R, D), rows (n, P) -> (n, D): softmax(q·k_p / √K) v_p over p < P."""
+def self_attention_step_ref(qkv, bias, keys, values, first, rows, heads):
+    """qkv (n, 3D) = y [W_Q W_K W_V], bias (3D,): writes row i's key and value into arena row first + i of
+    keys/values (R, D), then -> (n, D): softmax(q·k_p / √K) v_p over the positions p < P of rows (n, P)."""
+    n, D = qkv.shape[0], qkv.shape[1] // 3
+    q, k, v = (qkv[:, j * D:(j + 1) * D] + bias[j * D:(j + 1) * D] for j in range(3))
+    keys[first:first + n], values[first:first + n] = k, v
     return _attention_ref(q, keys[rows], values[rows], heads)
 
 
-def cross_attention_step_ref(q, keys, values, sentence, valid, heads):
-    """q (n, D), keys/values (B, S, D), sentence (n,), valid (B, S) bool -> (n, D)."""
-    return _attention_ref(q, keys[sentence], values[sentence], heads, valid[sentence])
+def cross_attention_step_ref(q, bias, keys, values, sentence, valid, heads):
+    """q + bias (n, D) over keys/values (B, S, D) of each row's sentence (n,), where valid (B, S) -> (n, D)."""
+    return _attention_ref(q + bias, keys[sentence], values[sentence], heads, valid[sentence])
 
 
-def add_layernorm_ref(x, y, gamma, beta, eps):
-    """LayerNorm(x + y) over the last axis, biased variance, float64 statistics."""
-    z = x.astype(np.float64) + y
+def add_layernorm_ref(x, y, bias, gamma, beta, eps):
+    """LayerNorm(x + y + bias) over the last axis, biased variance, float64 statistics."""
+    z = x.astype(np.float64) + y + bias
     mean = z.mean(-1, keepdims=True)
     return ((z - mean) / np.sqrt(((z - mean) ** 2).mean(-1, keepdims=True) + eps) * gamma + beta).astype(x.dtype)
 
 
 def layernorm_ref(x, gamma, beta, eps):
     """LayerNorm(x) over the last axis, biased variance, float64 statistics."""
-    return add_layernorm_ref(x, np.zeros_like(x), gamma, beta, eps)
+    return add_layernorm_ref(x, np.zeros_like(x), 0.0, gamma, beta, eps)
+
+
+def bias_relu_ref(h, bias):
+    """max(h + bias, 0): §3.3's first layer after its product."""
+    return np.maximum(h + bias, 0).astype(h.dtype)
 
 
 def log_softmax_topk_ref(logits, width, banned):
@@ -123,15 +137,21 @@ def _add_weighted(acc, weights, scores, p, value):
 
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
-def self_attention_step_v1(q, keys, values, rows, heads, out):
-    n, D = q.shape
+def self_attention_step_v1(qkv, bias, keys, values, first, rows, heads, out):
+    n, D = out.shape
     P = rows.shape[1]
-    scale = q.dtype.type(1.0 / math.sqrt(D // heads))
-    scores_of, weights_of = np.empty((n, heads, P), dtype=q.dtype), np.empty((n, D), dtype=q.dtype)   # scratch
+    scale = out.dtype.type(1.0 / math.sqrt(D // heads))
+    for i in range(n):                                                    # the new keys and values, first
+        for c in range(D):
+            keys[first + i, c] = qkv[i, D + c] + bias[D + c]
+            values[first + i, c] = qkv[i, 2 * D + c] + bias[2 * D + c]
+    scores, weights, q = np.empty((heads, P), dtype=out.dtype), np.empty(D, dtype=out.dtype), np.empty(D, out.dtype)
     for i in range(n):
-        scores, weights, acc = scores_of[i], weights_of[i], out[i]        # (H, P), (D,), (D,)
+        acc = out[i]
+        for c in range(D):
+            q[c] = qkv[i, c] + bias[c]
         for p in range(P):
-            _dot_heads(q[i], keys[rows[i, p]], heads, scale, scores, p)    # §3.2.1: q·k / √d_k
+            _dot_heads(q, keys[rows[i, p]], heads, scale, scores, p)       # §3.2.1: q·k / √d_k
         _softmax_rows(scores, P)
         acc[:] = 0
         for p in range(P):
@@ -139,19 +159,29 @@ def self_attention_step_v1(q, keys, values, rows, heads, out):
 
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
-def cross_attention_step_v1(q, keys, values, sentence, valid, heads, out):
-    n, D = q.shape
+def bias_relu_v1(h, bias):
+    for i in range(h.shape[0]):
+        for c in range(h.shape[1]):
+            v = h[i, c] + bias[c]
+            h[i, c] = v if v > 0 else 0 * v
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def cross_attention_step_v1(q, bias, keys, values, sentence, valid, heads, out):
+    n, D = out.shape
     S = keys.shape[1]
-    scale = q.dtype.type(1.0 / math.sqrt(D // heads))
-    scores_of, weights_of = np.empty((n, heads, S), dtype=q.dtype), np.empty((n, D), dtype=q.dtype)   # scratch
+    scale = out.dtype.type(1.0 / math.sqrt(D // heads))
+    scores, weights, q_row = np.empty((heads, S), dtype=out.dtype), np.empty(D, out.dtype), np.empty(D, out.dtype)
     for i in range(n):
         b = sentence[i]
-        scores, weights, acc = scores_of[i], weights_of[i], out[i]        # (H, S), (D,), (D,)
+        acc = out[i]
+        for c in range(D):
+            q_row[c] = q[i, c] + bias[c]
         length = 0                                                         # past the last real source token
         for j in range(S):
             length = j + 1 if valid[b, j] else length
         for j in range(length):
-            _dot_heads(q[i], keys[b, j], heads, scale, scores, j)
+            _dot_heads(q_row, keys[b, j], heads, scale, scores, j)
             if not valid[b, j]:
                 scores[:, j] = -np.inf                                     # padding inside: weight 0
         _softmax_rows(scores, length)
@@ -216,10 +246,10 @@ def _normalize(z, gamma, beta, eps):
 
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
-def add_layernorm_v1(x, y, gamma, beta, eps, out):
+def add_layernorm_v1(x, y, bias, gamma, beta, eps, out):
     for i in range(x.shape[0]):
         for c in range(x.shape[1]):
-            out[i, c] = x[i, c] + y[i, c]
+            out[i, c] = x[i, c] + y[i, c] + bias[c]
         _normalize(out[i], gamma, beta, eps)
 
 
@@ -232,23 +262,30 @@ def layernorm_v1(x, gamma, beta, eps, out):
 
 
 # --- what fast_search.py calls --------------------------------------------------------------------
-def self_attention_step(q, keys, values, rows, heads):
-    out = np.empty_like(q)
-    self_attention_step_v1(q, keys, values, rows, heads, out)
+def self_attention_step(qkv, bias, keys, values, first, rows, heads):
+    """See self_attention_step_ref: the new keys/values into the arena at rows first.., then attention."""
+    out = np.empty((qkv.shape[0], qkv.shape[1] // 3), dtype=qkv.dtype)
+    self_attention_step_v1(qkv, bias, keys, values, first, rows, heads, out)
     return out
 
 
-def cross_attention_step(q, keys, values, sentence, valid, heads):
-    out = np.empty_like(q)
-    cross_attention_step_v1(q, keys, values, sentence, valid, heads, out)
+def cross_attention_step(q, bias, keys, values, sentence, valid, heads):
+    out = np.empty(q.shape, dtype=q.dtype)
+    cross_attention_step_v1(q, bias, keys, values, sentence, valid, heads, out)
     return out
 
 
-def add_layernorm(x, y, gamma, beta, eps):
-    """LayerNorm(x + y) for x, y (n, D)."""
+def add_layernorm(x, y, bias, gamma, beta, eps):
+    """LayerNorm(x + y + bias) for x, y (n, D), bias (D,)."""
     out = np.empty_like(x)
-    add_layernorm_v1(x, y, gamma, beta, eps, out)
+    add_layernorm_v1(x, y, bias, gamma, beta, eps, out)
     return out
+
+
+def bias_relu(h, bias):
+    """In place: h (n, F) becomes max(h + bias, 0)."""
+    bias_relu_v1(h, bias)
+    return h
 
 
 def layernorm(x, gamma, beta, eps):

@@ -44,6 +44,28 @@ def _linear(x, layer):
     return out
 
 
+def _weight_and_bias(*layers):
+    """(W, b) of projections of one input side by side (§3.2.2's Q, K, V: one product makes all three)."""
+    weights = [layer.weight.data for layer in layers]
+    biases = [layer.bias.data if layer.bias is not None else np.zeros(w.shape[1], w.dtype)
+              for layer, w in zip(layers, weights)]
+    return (np.concatenate(weights, axis=1) if len(layers) > 1 else weights[0]), np.concatenate(biases)
+
+
+class _Layer:
+    """An encoder or decoder layer's arrays as a step uses them, gathered once per batch. The biases
+    stay apart: the kernel that reads a product adds its bias (fewer calls a step)."""
+
+    def __init__(self, layer):
+        attn, ffn = layer.self_attn, layer.feed_forward
+        self.qkv, self.out = _weight_and_bias(attn.w_q, attn.w_k, attn.w_v), _weight_and_bias(attn.w_o)
+        self.ff1, self.ff2 = _weight_and_bias(ffn.w_1), _weight_and_bias(ffn.w_2)
+        cross = getattr(layer, "cross_attn", None)
+        if cross is not None:
+            self.cross_q, self.cross_out = _weight_and_bias(cross.w_q), _weight_and_bias(cross.w_o)
+        self.norms = [connection.norm for connection in layer.sublayers]   # self-attention, [cross,] FFN
+
+
 class _Decoder:
     """Figure 1's encoder once, then its decoder one position at a time for n rows, on raw arrays.
 
@@ -68,6 +90,7 @@ class _Decoder:
         self.keys = [np.zeros((0, D), memory.dtype) for _ in model.decoder.layers]   # (R, D) per layer
         self.values = [np.zeros((0, D), memory.dtype) for _ in model.decoder.layers]
         self.used = 0
+        self.layers = [_Layer(layer) for layer in model.decoder.layers]
         # §3.4's x Eᵀ with a contiguous (D, V) copy of Eᵀ: BLAS is faster on it than on the transposed view
         self.output = np.ascontiguousarray(model.embeddings.output_weight().data)
         self.banned = np.zeros(cfg.vocab_size, dtype=np.bool_)
@@ -83,37 +106,38 @@ class _Decoder:
     def _norm(x, norm):
         return decode_kernels.layernorm(x, norm.gamma.data, norm.beta.data, norm.eps)
 
-    def _sublayer(self, x, connection, sublayer, *args):
-        """§3.1: LayerNorm(x + Sublayer(x)); pre-norm (DEVIATION(§3.1)): x + Sublayer(LayerNorm(x))."""
-        norm = connection.norm
+    def _input(self, x, norm):
+        """What a sublayer reads: x; pre-norm (DEVIATION(§3.1)): LayerNorm(x)."""
+        return self._norm(x, norm) if self.pre_norm else x
+
+    def _residual(self, x, y, bias, norm):
+        """§3.1 LayerNorm(x + Sublayer(x)), Sublayer(x) = y + bias; pre-norm: x + Sublayer(LayerNorm(x))."""
         if self.pre_norm:
-            return x + sublayer(self._norm(x, norm), *args)
-        return decode_kernels.add_layernorm(x, sublayer(x, *args), norm.gamma.data, norm.beta.data, norm.eps)
+            y += bias
+            y += x
+            return y
+        return decode_kernels.add_layernorm(x, y, bias, norm.gamma.data, norm.beta.data, norm.eps)
 
-    @staticmethod
-    def _feed_forward(x, ffn):
-        return _linear(np.maximum(_linear(x, ffn.w_1), 0), ffn.w_2)       # §3.3, Eq. (2)
-
-    def _attend(self, y, attn, keys, values, sentence):
-        """§3.2.2 for query rows y over their sentence's keys/values (B, S, D), padding masked."""
-        heads = decode_kernels.cross_attention_step(_linear(y, attn.w_q), keys, values, sentence, self.valid,
-                                                    self.heads)
-        return _linear(heads, attn.w_o)
+    def _feed_forward(self, x, layer):
+        """§3.3, Eq. (2): max(0, xW_1 + b_1)W_2 + b_2, as the last sublayer."""
+        hidden = decode_kernels.bias_relu(self._input(x, layer.norms[-1]) @ layer.ff1[0], layer.ff1[1])
+        return self._residual(x, hidden @ layer.ff2[0], layer.ff2[1], layer.norms[-1])
 
     def _encode(self, src):
         """The encoder stack (§3.1): each source position is a query row over its own sentence."""
         model = self.model
         B, S = src.shape
         x = self._embed(src, model.embeddings.table("src"), model.src_positions, 0).reshape(B * S, -1)
+        D = x.shape[1]
         sentence = np.repeat(np.arange(B), S)                              # (B·S,) sentence of each position
-
-        def self_attention(y, attn):
-            keys, values = (_linear(y, attn.w_k).reshape(B, S, -1), _linear(y, attn.w_v).reshape(B, S, -1))
-            return self._attend(y, attn, keys, values, sentence)
-
-        for layer in model.encoder.layers:
-            x = self._sublayer(x, layer.sublayers[0], self_attention, layer.self_attn)
-            x = self._sublayer(x, layer.sublayers[1], self._feed_forward, layer.feed_forward)
+        for layer in map(_Layer, model.encoder.layers):
+            (w, b), norm = layer.qkv, layer.norms[0]
+            qkv = self._input(x, norm) @ w                                 # (B·S, 3D): Q, K, V raw
+            keys, values = ((qkv[:, j * D:(j + 1) * D] + b[j * D:(j + 1) * D]).reshape(B, S, D) for j in (1, 2))
+            heads = decode_kernels.cross_attention_step(qkv[:, :D], b[:D], keys, values, sentence, self.valid,
+                                                        self.heads)       # §3.2.2 over its own sentence
+            x = self._residual(x, heads @ layer.out[0], layer.out[1], norm)
+            x = self._feed_forward(x, layer)
         if self.pre_norm:
             x = self._norm(x, model.encoder.norm)                          # DEVIATION(§3.1): pre-norm's last norm
         return x.reshape(B, S, -1)
@@ -135,18 +159,17 @@ class _Decoder:
         self.fed[fresh] = tokens
         self.rows = np.concatenate([self.rows, np.arange(fresh.start, fresh.stop)[:, None]], axis=1)   # (n, P+1)
         x = self._embed(tokens, model.embeddings.table("tgt"), model.tgt_positions, self.rows.shape[1] - 1)
-
-        def self_attention(y, i, attn):                                    # §3.2.3: positions ≤ P, cached
-            self.keys[i][fresh], self.values[i][fresh] = _linear(y, attn.w_k), _linear(y, attn.w_v)
-            heads = decode_kernels.self_attention_step(_linear(y, attn.w_q), self.keys[i], self.values[i],
-                                                       self.rows, self.heads)
-            return _linear(heads, attn.w_o)
-
-        for i, layer in enumerate(model.decoder.layers):
-            keys, values = self.cross[i]
-            x = self._sublayer(x, layer.sublayers[0], self_attention, i, layer.self_attn)
-            x = self._sublayer(x, layer.sublayers[1], self._attend, layer.cross_attn, keys, values, self.sentence)
-            x = self._sublayer(x, layer.sublayers[2], self._feed_forward, layer.feed_forward)
+        for i, layer in enumerate(self.layers):
+            norm = layer.norms[0]                                          # §3.2.3: positions ≤ P, cached
+            heads = decode_kernels.self_attention_step(self._input(x, norm) @ layer.qkv[0], layer.qkv[1],
+                                                       self.keys[i], self.values[i], fresh.start, self.rows,
+                                                       self.heads)
+            x = self._residual(x, heads @ layer.out[0], layer.out[1], norm)
+            (keys, values), norm = self.cross[i], layer.norms[1]          # §3.2.3: encoder-decoder attention
+            heads = decode_kernels.cross_attention_step(self._input(x, norm) @ layer.cross_q[0], layer.cross_q[1],
+                                                        keys, values, self.sentence, self.valid, self.heads)
+            x = self._residual(x, heads @ layer.cross_out[0], layer.cross_out[1], norm)
+            x = self._feed_forward(x, layer)
         if self.pre_norm:
             x = self._norm(x, model.decoder.norm)                          # DEVIATION(§3.1): pre-norm's last norm
         logits = x @ self.output                                           # §3.4, (n, D) @ (D, V) -> (n, V)

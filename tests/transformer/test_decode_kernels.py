@@ -9,17 +9,23 @@ TOL = {np.float32: dict(rtol=2e-5, atol=2e-6), np.float64: dict(rtol=1e-12, atol
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("heads", [1, 2, 8])
-def test_self_attention_step_reads_each_rows_positions_where_they_lie(dtype, heads):
+def test_self_attention_step_writes_the_new_rows_and_reads_each_rows_positions_where_they_lie(dtype, heads):
     rng = np.random.default_rng(heads)
-    n, D, P, R = 6, 16, 5, 40
-    q = rng.standard_normal((n, D)).astype(dtype)
+    n, D, P, R, first = 6, 16, 5, 40, 30
+    qkv, bias = rng.standard_normal((n, 3 * D)).astype(dtype), rng.standard_normal(3 * D).astype(dtype)
     keys, values = (rng.standard_normal((R, D)).astype(dtype) for _ in range(2))
-    rows = rng.integers(0, R, size=(n, P))                                # any arena rows, repeats allowed
-    got = dk.self_attention_step(q, keys, values, rows, heads)
-    np.testing.assert_allclose(got, dk.self_attention_step_ref(q, keys, values, rows, heads), **TOL[dtype])
-    swapped = dk.self_attention_step(q, keys, values, rows[::-1].copy(), heads)   # a row follows its index row
-    np.testing.assert_allclose(swapped[0], dk.self_attention_step_ref(q[:1], keys, values, rows[-1:], heads)[0],
+    rows = rng.integers(0, first, size=(n, P))                             # older positions: any arena rows
+    rows[:, -1] = first + np.arange(n)                                     # the newest: each row's own new one
+    arena, ref_arena = (keys.copy(), values.copy()), (keys.copy(), values.copy())
+    got = dk.self_attention_step(qkv, bias, *arena, first, rows, heads)
+    np.testing.assert_allclose(got, dk.self_attention_step_ref(qkv, bias, *ref_arena, first, rows, heads),
                                **TOL[dtype])
+    for mine, theirs in zip(arena, ref_arena):
+        np.testing.assert_allclose(mine, theirs, **TOL[dtype])             # the new keys and values, biased
+    swapped_rows = rows[::-1].copy()
+    swapped_rows[:, -1] = first + np.arange(n)                             # the new rows stay each row's own
+    swapped = dk.self_attention_step(qkv[::-1].copy(), bias, *arena, first, swapped_rows, heads)
+    np.testing.assert_allclose(swapped[-1], got[0], **TOL[dtype])          # a row follows its index row
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -31,24 +37,27 @@ def test_cross_attention_step_masks_padding_and_shares_a_sentence_among_rows(dty
     valid[2, 1] = False                                                   # and a masked position inside
     keys, values = (rng.standard_normal((B, S, D)).astype(dtype) for _ in range(2))
     sentence = np.array([0, 0, 1, 2, 2, 2])
-    q = rng.standard_normal((len(sentence), D)).astype(dtype)
-    got = dk.cross_attention_step(q, keys, values, sentence, valid, heads)
-    np.testing.assert_allclose(got, dk.cross_attention_step_ref(q, keys, values, sentence, valid, heads), **TOL[dtype])
+    q = rng.standard_normal((len(sentence), 2 * D)).astype(dtype)[:, :D]   # a view, as the encoder passes it
+    bias = rng.standard_normal(D).astype(dtype)
+    got = dk.cross_attention_step(q, bias, keys, values, sentence, valid, heads)
+    np.testing.assert_allclose(got, dk.cross_attention_step_ref(q, bias, keys, values, sentence, valid, heads),
+                               **TOL[dtype])
     changed = keys.copy()
     changed[0, 5], changed[2, 1] = 1e3, 1e3                               # masked keys change nothing
-    np.testing.assert_allclose(dk.cross_attention_step(q, changed, values, sentence, valid, heads)[[0, 1, 3]],
+    np.testing.assert_allclose(dk.cross_attention_step(q, bias, changed, values, sentence, valid, heads)[[0, 1, 3]],
                                got[[0, 1, 3]], **TOL[dtype])
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_add_layernorm(dtype):
+def test_add_layernorm_and_bias_relu(dtype):
     rng = np.random.default_rng(4)
     x, y = (rng.standard_normal((5, 24)).astype(dtype) * 3 + 1 for _ in range(2))
-    gamma, beta = rng.standard_normal(24).astype(dtype), rng.standard_normal(24).astype(dtype)
-    np.testing.assert_allclose(dk.add_layernorm(x, y, gamma, beta, 1e-6),
-                               dk.add_layernorm_ref(x, y, gamma, beta, 1e-6), **TOL[dtype])
+    bias, gamma, beta = (rng.standard_normal(24).astype(dtype) for _ in range(3))
+    np.testing.assert_allclose(dk.add_layernorm(x, y, bias, gamma, beta, 1e-6),
+                               dk.add_layernorm_ref(x, y, bias, gamma, beta, 1e-6), **TOL[dtype])
     np.testing.assert_allclose(dk.layernorm(x, gamma, beta, 1e-6), dk.layernorm_ref(x, gamma, beta, 1e-6),
                                **TOL[dtype])
+    np.testing.assert_array_equal(dk.bias_relu(y.copy(), bias), dk.bias_relu_ref(y, bias))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

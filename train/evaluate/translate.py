@@ -48,12 +48,16 @@ MIN_SHARED_TOKENS = 256  # shared among threads, a batch keeps at least this man
 
 def length_batches(lengths: Sequence[int], max_tokens: int, workers: int = 1) -> list:
     """The decoding batches (lists of sentence indices) for sentences of these lengths, EOS included:
-    sorted by length, about max_tokens source tokens each; a sentence longer than that goes alone.
-    For `workers` threads, smaller where needed so that each thread gets one (fewer, larger batches: fewer
-    steps of Python, larger products)."""
-    shared = -(-sum(lengths) // workers) if workers > 1 else max_tokens
-    budget = min(max_tokens, max(shared, MIN_SHARED_TOKENS))
-    return make_batches(lengths, lengths, max(budget, max(lengths, default=1)), max_sentences=MAX_SENTENCES)
+    sorted by length, at most max_tokens source tokens each, padding counted; a sentence longer than that
+    goes alone. For `workers` threads, smaller where that gives each thread one batch (fewer, larger
+    batches: fewer steps of Python, larger products), and no small batch left over to wait for."""
+    def batches(budget):
+        return make_batches(lengths, lengths, max(budget, max(lengths, default=1)), max_sentences=MAX_SENTENCES)
+
+    budget = min(max_tokens, max(-(-sum(lengths) // workers), MIN_SHARED_TOKENS))
+    while len(found := batches(budget)) > workers and budget < max_tokens:
+        budget = min(max_tokens, budget + budget // 20 + 1)               # padding counts: a little more room
+    return found
 
 
 def _searches(model):
