@@ -36,14 +36,6 @@ def supports(model) -> bool:
             and np.dtype(model.compute_dtype) in (np.float32, np.float64))
 
 
-def _linear(x, layer):
-    """§3.3 / §3.2.2 projections x W + b, as minitensor's Linear computes them; x (n, in)."""
-    out = x @ layer.weight.data
-    if layer.bias is not None:
-        out += layer.bias.data
-    return out
-
-
 def _weight_and_bias(*layers):
     """(W, b) of projections of one input side by side (§3.2.2's Q, K, V: one product makes all three)."""
     weights = [layer.weight.data for layer in layers]
@@ -63,6 +55,7 @@ class _Layer:
         cross = getattr(layer, "cross_attn", None)
         if cross is not None:
             self.cross_q, self.cross_out = _weight_and_bias(cross.w_q), _weight_and_bias(cross.w_o)
+            self.cross_kv = _weight_and_bias(cross.w_k, cross.w_v)
         self.norms = [connection.norm for connection in layer.sublayers]   # self-attention, [cross,] FFN
 
 
@@ -81,16 +74,19 @@ class _Decoder:
         self.valid = np.ascontiguousarray(src != cfg.pad_id)               # (B, S): not padding
         memory = self._encode(src)                                         # (B, S, D)
         B, S, D = memory.shape
-        flat = memory.reshape(B * S, D)
-        self.cross = [(_linear(flat, layer.cross_attn.w_k).reshape(B, S, D),   # §3.2.3: once per sentence
-                       _linear(flat, layer.cross_attn.w_v).reshape(B, S, D)) for layer in model.decoder.layers]
+        self.layers = [_Layer(layer) for layer in model.decoder.layers]
+        flat, self.cross = memory.reshape(B * S, D), []                    # §3.2.3: once per sentence
+        for layer in self.layers:
+            w, b = layer.cross_kv
+            kv = flat @ w                                                  # (B·S, 2D): K and V in one product
+            kv += b
+            self.cross.append([np.ascontiguousarray(kv[:, j * D:(j + 1) * D]).reshape(B, S, D) for j in (0, 1)])
         self.sentence = np.repeat(np.arange(B), beam)                      # (n,) sentence of each row
         self.rows = np.zeros((B * beam, 0), dtype=np.int64)                # (n, P) arena row of each position
         self.fed = np.zeros(0, dtype=np.int64)                             # (R,) the token fed at each arena row
         self.keys = [np.zeros((0, D), memory.dtype) for _ in model.decoder.layers]   # (R, D) per layer
         self.values = [np.zeros((0, D), memory.dtype) for _ in model.decoder.layers]
         self.used = 0
-        self.layers = [_Layer(layer) for layer in model.decoder.layers]
         # §3.4's x Eᵀ with a contiguous (D, V) copy of Eᵀ: BLAS is faster on it than on the transposed view
         self.output = np.ascontiguousarray(model.embeddings.output_weight().data)
         self.banned = np.zeros(cfg.vocab_size, dtype=np.bool_)
