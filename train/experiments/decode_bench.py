@@ -162,6 +162,10 @@ def bench_model(name: str, model, tokenizer, lines: list[str], sentences: int, r
     limits = _limits(ids, model.config.max_len)
     lengths = [len(s) + 1 for s in ids]
     batches = length_batches(lengths, MAX_TOKENS, threads)             # translate's, for `threads` threads
+    sources, batch_limits = [[ids[i] for i in batch] for batch in batches], [int(limits[b].max()) for b in batches]
+    ct2_limits = np.empty(len(ids), dtype=np.int64)                       # an untrained model runs to the limit:
+    for batch, limit in zip(batches, batch_limits):                       # ours each sentence's, CTranslate2
+        ct2_limits[batch] = limit                                         # its batch's (more work)
     pieces = [tokenizer.processor.id_to_piece(i) for i in range(tokenizer.vocab_size)]
     ct2_use_mkl = _ct2_at_its_best()
     with tempfile.TemporaryDirectory() as folder:
@@ -169,9 +173,7 @@ def bench_model(name: str, model, tokenizer, lines: list[str], sentences: int, r
 
     def theirs(beam):
         """CTranslate2's faster layout of this repeat: (outputs, wall, CPU), and the wall time of each."""
-        tries = {layout: ct2.decode([[ids[i] for i in batch] for batch in batches],
-                                    [int(limits[batch].max()) for batch in batches], beam, layout)
-                 for layout in ("intra", "inter")}
+        tries = {layout: ct2.decode(sources, batch_limits, beam, layout) for layout in ("intra", "inter")}
         per_batch, wall, cpu = min(tries.values(), key=lambda t: t[1])
         outputs = [None] * len(ids)
         for batch, batch_out in zip(batches, per_batch):
@@ -206,12 +208,8 @@ def bench_model(name: str, model, tokenizer, lines: list[str], sentences: int, r
                                   f"ct2_{clock}_s": statistics.median(ct2_s),
                                   f"ratio_{clock}": statistics.median(ours_s) / statistics.median(ct2_s),
                                   f"ratio_{clock}_range": [min(ratios), max(ratios)]})
-                # an untrained model runs to the limit: ours each sentence's, CTranslate2 its batch's (more work)
-                batch_limits = np.empty(len(ids), dtype=np.int64)
-                for batch in batches:
-                    batch_limits[batch] = limits[batch].max()
                 entry["ours_positions"] = _positions(runs["ours"][0][2], limits)
-                entry["ct2_positions"] = _positions(runs["ct2"][0][2], batch_limits)
+                entry["ct2_positions"] = _positions(runs["ct2"][0][2], ct2_limits)
                 entry["ratio_wall_per_position"] = entry["ratio_wall"] * entry["ct2_positions"] / entry["ours_positions"]
                 if beam == 1:                                  # CTranslate2 may go on to its batch's limit
                     ours_out, ct2_out = runs["ours"][0][2], runs["ct2"][0][2]
