@@ -169,7 +169,8 @@ class _Decoder:
         if self.pre_norm:
             x = self._norm(x, model.decoder.norm)                          # DEVIATION(§3.1): pre-norm's last norm
         logits = x @ self.output                                           # §3.4, (n, D) @ (D, V) -> (n, V)
-        return decode_kernels.log_softmax_topk(logits.astype(np.float32, copy=False), width, self.banned)  # as search.py
+        logits = logits.astype(np.float32, copy=False)                      # float32, as search.py
+        return decode_kernels.log_softmax_topk(logits, width, self.banned)
 
     def keep(self, rows) -> None:
         """Row i continues the hypothesis of row rows[i]; rows not named are dropped."""
