@@ -14,7 +14,7 @@ weights:
     FFN (§3.3, Eq. (2))                linear_0 / linear_1, ReLU
     eps                                config `layer_norm_epsilon`
 
-The vocabulary is the tokenizer's pieces by id (<pad> <unk> <s> </s> ...): the decoder
+The vocabulary, `vocabulary(tokenizer)`, is the tokenizer's pieces by id (<pad> <unk> <s> </s> ...): the decoder
 starts from <s> (BOS) and every source ends with </s>, as `translate` feeds ours.
 `ct2_translate` decodes token ids with such a model, as the tests and the decoding
 benchmark compare it with ours.
@@ -40,10 +40,13 @@ def _ct2():
     return ctranslate2
 
 
-def _array(param) -> np.ndarray:
-    data = param.data if hasattr(param, "data") else param
-    data = data.get() if hasattr(data, "get") else data                  # CuPy -> NumPy
-    return np.ascontiguousarray(np.asarray(data, dtype=np.float32))
+def _array(tensor) -> np.ndarray:
+    return np.ascontiguousarray(tensor.numpy(), dtype=np.float32)        # any backend -> NumPy float32
+
+
+def vocabulary(tokenizer) -> list[str]:
+    """The tokenizer's pieces by id: the vocabulary `export` registers and `ct2_translate` maps ids through."""
+    return [tokenizer.processor.id_to_piece(i) for i in range(tokenizer.vocab_size)]
 
 
 def _linear(spec, *linears) -> None:
@@ -75,7 +78,7 @@ def transformer_spec(model):
     emb = model.embeddings
     _stack_inputs(spec.encoder, emb.table("src"), model.src_positions)
     _stack_inputs(spec.decoder, emb.table("tgt"), model.tgt_positions)
-    spec.decoder.projection.weight = _array(emb.output_weight().data.T)  # (V, D)
+    spec.decoder.projection.weight = _array(emb.output_weight().T)       # (V, D)
     for layer_spec, layer in zip(spec.encoder.layer, model.encoder.layers):
         attn = layer.self_attn
         _linear(layer_spec.self_attention.linear[0], attn.w_q, attn.w_k, attn.w_v)   # (3D, D)
@@ -111,7 +114,7 @@ def export(model, tokenizer, out: Path) -> Path:
     if tokenizer.vocab_size != model.config.vocab_size:
         raise InputError(f"the tokenizer has {tokenizer.vocab_size} pieces but the model {model.config.vocab_size}")
     spec = transformer_spec(model)
-    pieces = [tokenizer.processor.id_to_piece(i) for i in range(tokenizer.vocab_size)]
+    pieces = vocabulary(tokenizer)
     spec.register_source_vocabulary(pieces)
     spec.register_target_vocabulary(pieces)
 
@@ -138,4 +141,4 @@ def ct2_translate(translator, sources: Sequence[Sequence[int]], pieces: Sequence
     return [[index[piece] for piece in result.hypotheses[0]] for result in results]
 
 
-__all__ = ["export", "transformer_spec", "ct2_translate"]
+__all__ = ["export", "transformer_spec", "ct2_translate", "vocabulary"]

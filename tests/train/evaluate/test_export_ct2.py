@@ -10,7 +10,7 @@ from transformer.checkpoint import save_model
 from cli_helpers import assert_one_line_error, run_cli
 
 ctranslate2 = pytest.importorskip("ctranslate2")
-from train.evaluate.export_ct2 import ct2_translate, export  # noqa: E402
+from train.evaluate.export_ct2 import ct2_translate, export, vocabulary  # noqa: E402
 
 
 def reversal(rng, n, vocab):
@@ -48,7 +48,7 @@ def test_ctranslate2_greedy_equals_ours_on_an_exported_model(words_tokenizer, tm
     assert sum(len(y) < len(x) + 1 + 50 for x, y in zip(sources, ours)) > 80, "a trained model ends with EOS"
     folder = export(model, words_tokenizer, tmp_path / "ct2")
     translator = ctranslate2.Translator(str(folder), device="cpu", intra_threads=1)
-    pieces = [words_tokenizer.processor.id_to_piece(i) for i in range(words_tokenizer.vocab_size)]
+    pieces = vocabulary(words_tokenizer)
     limits = [len(x) + 1 + 50 for x in sources]                          # ours stops there; CTranslate2 at 64
     theirs = ct2_translate(translator, sources, pieces, beam=1, max_length=64)
     assert [y[:limit] for y, limit in zip(theirs, limits)] == ours
