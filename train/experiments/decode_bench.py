@@ -43,7 +43,7 @@ import numpy as np
 from train.data.files import SHARED_DATA, iter_lines
 from train.data.tokenizer import Tokenizer
 from train.errors import InputError
-from train.evaluate.export_ct2 import ct2_translate, export
+from train.evaluate.export_ct2 import ct2_translate, export, vocabulary
 from train.evaluate.translate import length_batches, translate_ids
 from train.threads import cpu_threads
 from transformer.config import TransformerConfig
@@ -166,7 +166,7 @@ def bench_model(name: str, model, tokenizer, lines: list[str], sentences: int, r
     ct2_limits = np.empty(len(ids), dtype=np.int64)                       # an untrained model runs to the limit:
     for batch, limit in zip(batches, batch_limits):                       # ours each sentence's, CTranslate2
         ct2_limits[batch] = limit                                         # its batch's (more work)
-    pieces = [tokenizer.processor.id_to_piece(i) for i in range(tokenizer.vocab_size)]
+    pieces = vocabulary(tokenizer)
     ct2_use_mkl = _ct2_at_its_best()
     with tempfile.TemporaryDirectory() as folder:
         ct2 = _Ct2Process(export(model, tokenizer, Path(folder) / "ct2"), threads, pieces)
