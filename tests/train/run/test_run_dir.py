@@ -234,3 +234,16 @@ def test_settle_deletes_a_temporary_only_beside_a_write_it_announced(tmp_path):
     ours.write_bytes(b"half a checkpoint")
     Manifest.load(tmp_path).settle()
     assert users.read_bytes() == b"the user's" and not ours.exists()
+
+
+def test_resume_without_a_readable_config_json_is_a_one_line_error(tmp_path):
+    """`fit --resume` of a run directory whose config.json is gone or not JSON: config_lib.load's InputError,
+    not a traceback from the check for runs from before train.tokens_per_update."""
+    from train.run.run_data import resumed_run
+
+    Manifest.create(tmp_path)
+    with pytest.raises(InputError, match="config file not found"):
+        resumed_run(tmp_path, [], None)
+    (tmp_path / "config.json").write_text("{")
+    with pytest.raises(InputError, match="not valid JSON"):
+        resumed_run(tmp_path, [], None)
