@@ -247,3 +247,14 @@ def test_resume_without_a_readable_config_json_is_a_one_line_error(tmp_path):
     (tmp_path / "config.json").write_text("{")
     with pytest.raises(InputError, match="not valid JSON"):
         resumed_run(tmp_path, [], None)
+
+
+def test_average_refuses_a_listed_checkpoint_whose_bytes_changed(straight, tmp_path):
+    """`average` averages only checkpoints the manifest lists whose bytes still hash to what was recorded."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(straight, run_dir)
+    newest = checkpointing.run_checkpoints(run_dir)[-1]
+    shutil.copy(checkpointing.run_checkpoints(run_dir)[0], newest)  # the user's bytes under a name of the run's
+    with pytest.raises(InputError, match=f"{newest.name} changed since this tool wrote it"):
+        checkpointing.average_last(run_dir, 2)
+    assert not list(run_dir.glob("averaged_last*"))
