@@ -258,3 +258,16 @@ def test_average_refuses_a_listed_checkpoint_whose_bytes_changed(straight, tmp_p
     with pytest.raises(InputError, match=f"{newest.name} changed since this tool wrote it"):
         checkpointing.average_last(run_dir, 2)
     assert not list(run_dir.glob("averaged_last*"))
+
+
+def test_a_manifest_jsonl_of_another_program_above_an_output_makes_no_run(tmp_path):
+    """run_containing: a folder whose manifest.jsonl is not this tool's is no run directory, so writing below it
+    is neither refused nor recorded; a run further up still is."""
+    from train.run.manifest import run_containing
+
+    (tmp_path / "theirs").mkdir()
+    (tmp_path / "theirs" / MANIFEST_FILE).write_text('{"some": "other program"}\n')
+    assert run_containing(tmp_path / "theirs" / "out.txt") is None
+    Manifest.create(tmp_path)
+    run, name = run_containing(tmp_path / "theirs" / "out.txt")
+    assert run.run_dir == tmp_path and name == "theirs/out.txt"
