@@ -27,6 +27,7 @@ named, never silently used for an exact resume. A failed write (disk full) is an
 InputError that names the newest good checkpoint, which stays the newest.
 """
 
+import contextlib
 import dataclasses
 import json
 import re
@@ -37,7 +38,7 @@ import numpy as np
 
 from train.data.tokenizer import Tokenizer
 from train.errors import InputError
-from train.run.manifest import Manifest, run_containing
+from train.run.manifest import MANIFEST_FILE, Manifest, run_containing
 from transformer.checkpoint import (OPTIMIZER_PREFIX, CheckpointError, average_checkpoints, checkpoint_path,
                                    is_weight, load_checkpoint, load_model, load_weights, newest_valid,
                                    restore_optimizer, save_checkpoint, save_model)
@@ -278,7 +279,7 @@ def average_last(run_dir: Path, last: int | None = None, out: Path | None = None
     Inside a run directory the output is a file of that run's (never one of the user's).
     """
     run_dir = Path(run_dir)
-    Manifest.load(run_dir)  # a run directory, or an InputError
+    manifest = Manifest.load(run_dir)  # a run directory, or an InputError
     if last is None:
         last = _run_average_last(run_dir)
     if last < 1:
@@ -286,6 +287,10 @@ def average_last(run_dir: Path, last: int | None = None, out: Path | None = None
     paths = run_checkpoints(run_dir)
     if len(paths) < last:
         raise InputError(f"{run_dir}: has {len(paths)} checkpoints, fewer than --last {last}")
+    changed = [p.name for p in paths[-last:] if not manifest.owns(p.name)]
+    if changed:  # listed, but its bytes are no longer the ones this tool wrote: the user's now
+        raise InputError(f"{run_dir}: {', '.join(changed)} changed since this tool wrote it (its sha256 is not the one "
+                         f"in the run's {MANIFEST_FILE}); nothing was averaged; move it out or choose another --last")
     out = Path(out) if out is not None else run_dir / f"averaged_last{last}.safetensors"
     run = run_containing(out)  # in a run directory (this one or another, at any depth): a file of that run's
     if run is not None:
@@ -296,10 +301,7 @@ def average_last(run_dir: Path, last: int | None = None, out: Path | None = None
     weights = {k: v for k, v in tensors.items() if not k.startswith(OPTIMIZER_PREFIX)}
     metadata = {k: v for k, v in metadata.items() if k not in ("progress", "rng_state", "loss_scaler", "update")}
     metadata["averaged_from"] = [p.name for p in paths[-last:]]
-    if run is not None:
-        with run[0].writing(run[1]):
-            save_checkpoint(out, weights, metadata)
-    else:
+    with run[0].writing(run[1]) if run is not None else contextlib.nullcontext():
         save_checkpoint(out, weights, metadata)
     return out, metadata["averaged_from"]
 

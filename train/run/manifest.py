@@ -200,10 +200,14 @@ class Manifest:
 
 def run_containing(path: str | Path) -> "tuple[Manifest, str] | None":
     """(the run, `path`'s '/'-separated name in it) when `path` lies in a run directory (the nearest folder
-    above it with a manifest), else None: a command writing there writes one of the run's files."""
+    above it with a manifest of this tool's), else None: a command writing there writes one of the run's files.
+    A `manifest.jsonl` of another program (no run id on its first line) makes no run directory."""
     path = Path(path)
     parent = path.parent.resolve()
     for folder in (parent, *parent.parents):
         if (folder / MANIFEST_FILE).is_file():
-            return Manifest.find(folder), (parent / path.name).relative_to(folder).as_posix()
+            try:
+                return Manifest.find(folder), (parent / path.name).relative_to(folder).as_posix()
+            except InputError:  # not ours: look further up
+                continue
     return None

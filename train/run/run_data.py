@@ -44,8 +44,11 @@ def resumed_run(run_dir: Path, overrides: list[str], data_dir: Path | None) -> t
     data it recorded."""
     if not (run_dir / MANIFEST_FILE).is_file() and not (run_dir / "config.json").is_file():
         raise InputError(f"{run_dir}: not a run directory (no {MANIFEST_FILE}, no config.json) to resume")
-    refuse_a_run_from_before_tokens_per_update(json.loads((run_dir / "config.json").read_text(encoding="utf-8")),
-                                               run_dir)
+    try:
+        saved = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # missing or not JSON: config_lib.load below names it in one line
+        saved = None
+    refuse_a_run_from_before_tokens_per_update(saved, run_dir)
     record = recorded(run_dir)
     data_dir = data_dir or (Path(record["data"]).parent if record else None)
     return config_lib.load(run_dir / "config.json", overrides), run_dir, data_dir
@@ -53,7 +56,8 @@ def resumed_run(run_dir: Path, overrides: list[str], data_dir: Path | None) -> t
 
 def refuse_a_run_from_before_tokens_per_update(saved: dict, run_dir: Path) -> None:
     """A run's config.json from before issue #28 says train.accum; its update cannot be kept exactly on resume."""
-    if "accum" in saved.get("train", {}):
+    train = saved.get("train") if isinstance(saved, dict) else None
+    if isinstance(train, dict) and "accum" in train:
         raise InputError(f"{run_dir / 'config.json'}: this run was started before train.tokens_per_update replaced "
                          f"train.accum (accum {saved['train']['accum']}), so its update cannot be kept exactly on "
                          f"resume; start a new run (from its weights, if it saved any: --init-from {run_dir}/<a ckpt_*.safetensors>)")

@@ -234,3 +234,40 @@ def test_settle_deletes_a_temporary_only_beside_a_write_it_announced(tmp_path):
     ours.write_bytes(b"half a checkpoint")
     Manifest.load(tmp_path).settle()
     assert users.read_bytes() == b"the user's" and not ours.exists()
+
+
+def test_resume_without_a_readable_config_json_is_a_one_line_error(tmp_path):
+    """`fit --resume` of a run directory whose config.json is gone or not JSON: config_lib.load's InputError,
+    not a traceback from the check for runs from before train.tokens_per_update."""
+    from train.run.run_data import resumed_run
+
+    Manifest.create(tmp_path)
+    with pytest.raises(InputError, match="config file not found"):
+        resumed_run(tmp_path, [], None)
+    (tmp_path / "config.json").write_text("{")
+    with pytest.raises(InputError, match="not valid JSON"):
+        resumed_run(tmp_path, [], None)
+
+
+def test_average_refuses_a_listed_checkpoint_whose_bytes_changed(straight, tmp_path):
+    """`average` averages only checkpoints the manifest lists whose bytes still hash to what was recorded."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(straight, run_dir)
+    newest = checkpointing.run_checkpoints(run_dir)[-1]
+    shutil.copy(checkpointing.run_checkpoints(run_dir)[0], newest)  # the user's bytes under a name of the run's
+    with pytest.raises(InputError, match=f"{newest.name} changed since this tool wrote it"):
+        checkpointing.average_last(run_dir, 2)
+    assert not list(run_dir.glob("averaged_last*"))
+
+
+def test_a_manifest_jsonl_of_another_program_above_an_output_makes_no_run(tmp_path):
+    """run_containing: a folder whose manifest.jsonl is not this tool's is no run directory, so writing below it
+    is neither refused nor recorded; a run further up still is."""
+    from train.run.manifest import run_containing
+
+    (tmp_path / "theirs").mkdir()
+    (tmp_path / "theirs" / MANIFEST_FILE).write_text('{"some": "other program"}\n')
+    assert run_containing(tmp_path / "theirs" / "out.txt") is None
+    Manifest.create(tmp_path)
+    run, name = run_containing(tmp_path / "theirs" / "out.txt")
+    assert run.run_dir == tmp_path and name == "theirs/out.txt"
