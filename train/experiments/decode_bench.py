@@ -57,9 +57,8 @@ BEAMS = (1, 4)
 def _demo_model(run_dir: Path):
     """(model, tokenizer, test sentences) of a demo run, averaged as the demo averages (§6.1)."""
     from train.run import checkpointing
-    from transformer.checkpoint import list_checkpoints
 
-    checkpoints = list_checkpoints(run_dir)
+    checkpoints = checkpointing.run_checkpoints(run_dir)                  # the run's own, as the demo averages
     record = run_dir / "prepared.json"
     if not checkpoints or not record.is_file():
         return None, f"no trained demo in {run_dir} (run `python -m train` first, ~3 min on a CPU)"
