@@ -234,7 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
     decode.add_argument("--src", type=Path, default=None, help="... on these sentences, one a line")
     decode.add_argument("--demo-dir", type=Path, default=Path("runs/demo"), help="the demo run (default runs/demo)")
     decode.add_argument("--sentences", type=int, default=0, help="first N sentences (default: demo 500, base 200)")
-    decode.add_argument("--repeats", type=int, default=3, help="timed repeats of each, interleaved (default 3)")
+    decode.add_argument("--repeats", type=int, default=0,
+                        help="timed repeats of each, interleaved (default: demo 9, its repeats are short; else 3)")
     decode.add_argument("--threads", type=int, default=2, help="threads for each system (default 2)")
     _add_debug(bench)
 

@@ -296,8 +296,8 @@ def bench(args) -> int:
     if args.decode:
         from train.experiments import decode_bench
 
-        if args.repeats < 1 or args.threads < 1 or args.sentences < 0:
-            raise InputError("--repeats and --threads must be at least 1, --sentences 0 or more")
+        if args.threads < 1 or args.repeats < 0 or args.sentences < 0:
+            raise InputError("--threads must be at least 1, --repeats and --sentences 0 (the default) or more")
         decode_bench.run(args.ckpt, args.src, args.models, args.sentences, args.repeats, args.threads,
                          args.demo_dir, args.json)
         return 0

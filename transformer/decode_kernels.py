@@ -262,22 +262,23 @@ def layernorm_v1(x, gamma, beta, eps, out):
 
 
 # --- what fast_search.py calls --------------------------------------------------------------------
-def self_attention_step(qkv, bias, keys, values, first, rows, heads):
+# `out`: where the result goes (a fresh array when None); fast_search.py reuses its scratch rows.
+def self_attention_step(qkv, bias, keys, values, first, rows, heads, out=None):
     """See self_attention_step_ref: the new keys/values into the arena at rows first.., then attention."""
-    out = np.empty((qkv.shape[0], qkv.shape[1] // 3), dtype=qkv.dtype)
+    out = np.empty((qkv.shape[0], qkv.shape[1] // 3), dtype=qkv.dtype) if out is None else out
     self_attention_step_v1(qkv, bias, keys, values, first, rows, heads, out)
     return out
 
 
-def cross_attention_step(q, bias, keys, values, sentence, valid, heads):
-    out = np.empty(q.shape, dtype=q.dtype)
+def cross_attention_step(q, bias, keys, values, sentence, valid, heads, out=None):
+    out = np.empty(q.shape, dtype=q.dtype) if out is None else out
     cross_attention_step_v1(q, bias, keys, values, sentence, valid, heads, out)
     return out
 
 
-def add_layernorm(x, y, bias, gamma, beta, eps):
-    """LayerNorm(x + y + bias) for x, y (n, D), bias (D,)."""
-    out = np.empty_like(x)
+def add_layernorm(x, y, bias, gamma, beta, eps, out=None):
+    """LayerNorm(x + y + bias) for x, y (n, D), bias (D,); out may be x itself."""
+    out = np.empty_like(x) if out is None else out
     add_layernorm_v1(x, y, bias, gamma, beta, eps, out)
     return out
 
@@ -288,9 +289,9 @@ def bias_relu(h, bias):
     return h
 
 
-def layernorm(x, gamma, beta, eps):
+def layernorm(x, gamma, beta, eps, out=None):
     """LayerNorm(x) for x (n, D)."""
-    out = np.empty_like(x)
+    out = np.empty_like(x) if out is None else out
     layernorm_v1(x, gamma, beta, eps, out)
     return out
 

@@ -50,6 +50,20 @@ def test_long_outputs_grow_the_key_value_arena(backend):
                                                                                             max_len_b=40)
 
 
+def test_scratch_left_by_another_search_changes_nothing():
+    """A finished search leaves its scratch arrays to the next one: after a wider model's search (other
+    widths), a model decodes as search.py does, and again in a second search that reuses its own."""
+    wide, wide_src = model_and_source(4, float64=False, d_model=16, d_ff=48, h=4)
+    model, src = model_and_source(5)
+    fast_search.beam_search(wide, wide_src, beam=4, max_len_b=8)
+    readable = search.beam_search_nbest(model, src, 3, 0.6, 6, nbest=3)
+    for _ in range(2):
+        fast = fast_search.beam_search_nbest(model, src, 3, 0.6, 6, nbest=3)
+        assert [[tokens for _, tokens in hyps] for hyps in fast] == [[tokens for _, tokens in hyps] for hyps in readable]
+        np.testing.assert_allclose([s for hyps in fast for s, _ in hyps], [s for hyps in readable for s, _ in hyps],
+                                   rtol=1e-6)
+
+
 def test_supports_only_numpy_arrays_in_float32_or_float64():
     assert fast_search.supports(small_model())
     assert fast_search.supports(small_model(float64=True))

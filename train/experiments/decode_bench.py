@@ -221,7 +221,7 @@ def bench_model(name: str, model, tokenizer, lines: list[str], sentences: int, r
 
 
 def run(ckpt: Path | None = None, src: Path | None = None, models: str = "demo,base", sentences: int = 0,
-        repeats: int = 3, threads: int = 2, demo_dir: Path = Path("runs/demo"), as_json: bool = False) -> list[dict]:
+        repeats: int = 0, threads: int = 2, demo_dir: Path = Path("runs/demo"), as_json: bool = False) -> list[dict]:
     try:
         import ctranslate2  # noqa: F401
     except ImportError:
@@ -249,9 +249,10 @@ def run(ckpt: Path | None = None, src: Path | None = None, models: str = "demo,b
                 continue
             model, tokenizer, lines = found
             count = sentences or (500 if name == "demo" else 200)
+            times = repeats or (9 if name == "demo" else 3)                 # the demo's: a second or so each
             say(f"{name}: d_model {model.config.d_model}, N {model.config.N}, vocab {model.config.vocab_size}, "
-                f"{min(count, len(lines))} sentences, {threads} threads each, {repeats} repeats")
-            results.append(bench_model(name, model, tokenizer, lines, count, repeats, threads, say))
+                f"{min(count, len(lines))} sentences, {threads} threads each, {times} repeats")
+            results.append(bench_model(name, model, tokenizer, lines, count, times, threads, say))
     print(json.dumps(results) if as_json else format_report(results))
     return results
 
