@@ -261,10 +261,11 @@ def load_for_inference(ckpt: Path, tokenizer_path: Path | None = None, backend: 
 
 
 def averaged_model(model, checkpoints: list[Path], last: int):
-    """§6.1: `model` with the mean weights of the last `last` checkpoints (unchanged if fewer than 2)."""
+    """§6.1: `model` with the mean weights of the last `last` of a run's checkpoints (unchanged if fewer than 2)."""
     chosen = list(checkpoints)[-last:]
     if len(chosen) < 2:
         return model
+    _refuse_changed(chosen)
     tensors, _ = average_checkpoints(chosen)
     model.load_state_dict({k: v for k, v in tensors.items() if not k.startswith(OPTIMIZER_PREFIX)})
     return model
@@ -279,7 +280,7 @@ def average_last(run_dir: Path, last: int | None = None, out: Path | None = None
     Inside a run directory the output is a file of that run's (never one of the user's).
     """
     run_dir = Path(run_dir)
-    manifest = Manifest.load(run_dir)  # a run directory, or an InputError
+    Manifest.load(run_dir)  # a run directory, or an InputError
     if last is None:
         last = _run_average_last(run_dir)
     if last < 1:
@@ -287,10 +288,7 @@ def average_last(run_dir: Path, last: int | None = None, out: Path | None = None
     paths = run_checkpoints(run_dir)
     if len(paths) < last:
         raise InputError(f"{run_dir}: has {len(paths)} checkpoints, fewer than --last {last}")
-    changed = [p.name for p in paths[-last:] if not manifest.owns(p.name)]
-    if changed:  # listed, but its bytes are no longer the ones this tool wrote: the user's now
-        raise InputError(f"{run_dir}: {', '.join(changed)} changed since this tool wrote it (its sha256 is not the one "
-                         f"in the run's {MANIFEST_FILE}); nothing was averaged; move it out or choose another --last")
+    _refuse_changed(paths[-last:])
     out = Path(out) if out is not None else run_dir / f"averaged_last{last}.safetensors"
     run = run_containing(out)  # in a run directory (this one or another, at any depth): a file of that run's
     if run is not None:
@@ -304,6 +302,17 @@ def average_last(run_dir: Path, last: int | None = None, out: Path | None = None
     with run[0].writing(run[1]) if run is not None else contextlib.nullcontext():
         save_checkpoint(out, weights, metadata)
     return out, metadata["averaged_from"]
+
+
+def _refuse_changed(checkpoints: list[Path]) -> None:
+    """InputError unless the run's manifest lists each of these checkpoints with the bytes it has now (a file
+    that changed since this tool wrote it is the user's: never averaged into a model of ours)."""
+    manifest = Manifest.find(checkpoints[0].parent)
+    changed = [p.name for p in checkpoints if manifest is None or not manifest.owns(p.name)]
+    if changed:
+        raise InputError(f"{checkpoints[0].parent}: {', '.join(changed)} changed since this tool wrote it (its sha256 "
+                         f"is not the one in the run's {MANIFEST_FILE}); nothing was averaged; move it out of the run "
+                         f"directory or average fewer")
 
 
 def _run_average_last(run_dir: Path) -> int:

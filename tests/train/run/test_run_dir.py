@@ -258,6 +258,9 @@ def test_average_refuses_a_listed_checkpoint_whose_bytes_changed(straight, tmp_p
     with pytest.raises(InputError, match=f"{newest.name} changed since this tool wrote it"):
         checkpointing.average_last(run_dir, 2)
     assert not list(run_dir.glob("averaged_last*"))
+    model, _ = checkpointing.load_for_inference(checkpointing.run_checkpoints(run_dir)[0])
+    with pytest.raises(InputError, match=f"{newest.name} changed since this tool wrote it"):  # the demo's average
+        checkpointing.averaged_model(model, checkpointing.run_checkpoints(run_dir), 2)
 
 
 def test_a_manifest_jsonl_of_another_program_above_an_output_makes_no_run(tmp_path):
