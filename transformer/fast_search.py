@@ -9,6 +9,8 @@ outputs. Where search.py spends the time on a CPU, and what is done here instead
 - keys and values go into an arena that only grows (decode_kernels.py): no concatenation
   per step, and beam search reorders hypotheses by copying (P,) index rows, not the
   (P, D) keys and values of every layer;
+- the encoder's self-attention runs per sentence and head as two batched BLAS products with the masked
+  softmax between them (encoder_attention.py);
 - encoder-decoder keys/values are projected once per sentence and shared by its k beams;
 - one kernel does the log-softmax and the top 2k of each row (decode_kernels.py);
 - the bookkeeping is vectorised over sentences (search.py loops over them in Python);
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import decode_kernels
+from . import decode_kernels, encoder_attention
 from .search import _check_beam, _Finished, _inference, _max_lengths, _stops, _to_host, best_of, length_penalty
 
 
@@ -156,18 +158,16 @@ class _Decoder:
         self._residual(x, self._product(hidden, layer.ff2[0], "projected"), layer.ff2[1], layer.norms[-1])
 
     def _encode(self, src):
-        """The encoder stack (§3.1): each source position is a query row over its own sentence."""
+        """The encoder stack (§3.1); self-attention per sentence and head as matrix products (encoder_attention.py)."""
         model = self.model
         B, S = src.shape
         x = self._embed(src, model.embeddings.table("src"), model.src_positions, 0).reshape(B * S, -1)
-        D = x.shape[1]
-        sentence = np.repeat(np.arange(B), S)                              # (B·S,) sentence of each position
         for layer in map(_Layer, model.encoder.layers):
             (w, b), norm = layer.qkv, layer.norms[0]
             qkv = self._product(self._input(x, norm), w, "qkv")           # (B·S, 3D): Q, K, V raw
-            keys, values = ((qkv[:, j * D:(j + 1) * D] + b[j * D:(j + 1) * D]).reshape(B, S, D) for j in (1, 2))
-            heads = decode_kernels.cross_attention_step(qkv[:, :D], b[:D], keys, values, sentence, self.valid,
-                                                        self.heads, out=self._scratch("heads", B * S, D))
+            scores = self._scratch("scores", B * self.heads * S, S)        # (B, H, S, S) inside
+            heads = encoder_attention.encoder_attention(qkv, b, self.valid, self.heads, scores,
+                                                        out=self._scratch("heads", B * S, x.shape[1]))
             self._residual(x, self._product(heads, layer.out[0], "projected"), layer.out[1], norm)   # §3.2.2
             self._feed_forward(x, layer)
         if self.pre_norm:
