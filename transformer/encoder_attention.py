@@ -95,6 +95,6 @@ def encoder_attention(qkv, bias, valid, heads, scores=None, out=None):
     scores = np.empty((B * heads * S, S), qkv.dtype) if scores is None else scores
     out = np.empty((B * S, D), qkv.dtype) if out is None else out
     scores = np.matmul(q, k.transpose(0, 1, 3, 2), out=scores.reshape(B, heads, S, S))   # Q Kᵀ
-    masked_softmax_v1(scores, valid, 1.0 / math.sqrt(K))
+    masked_softmax(scores, valid, 1.0 / math.sqrt(K))                     # softmax(· / √d_k), padding 0
     np.matmul(scores, v, out=out.reshape(B, S, heads, K).transpose(0, 2, 1, 3))   # Concat(head_1, ..., head_h)
     return out
