@@ -133,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     translate.add_argument("--ckpt", type=Path, required=True, help="a checkpoint (.safetensors)")
     translate.add_argument("--input", type=Path, default=None, help="read this file (default: stdin, line by line)")
     translate.add_argument("--output", type=Path, default=None,
-                           help="write this file, line by line as translations are done (default: stdout)")
+                           help="write this file (default: stdout); lines go to OUTPUT.tmp-<pid> as they are done, "
+                                "renamed to OUTPUT once all are")
     translate.add_argument("--force", action="store_true", help="overwrite --output if it exists")
     translate.add_argument("--nbest", type=int, default=0, metavar="K",
                            help="the K best translations of each line, as LINE<TAB>SCORE<TAB>TEXT (K <= --beam)")
@@ -145,7 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--src", type=Path, required=True, help="source sentences, one a line")
     evaluate.add_argument("--ref", type=Path, required=True, help="reference translations, line by line")
     evaluate.add_argument("--out", type=Path, default=None,
-                          help="also write the translations here (a new file, written as they are produced)")
+                          help="also write the translations here (a new file; lines go to OUT.tmp-<pid> as they are "
+                               "done, renamed to OUT once all are)")
     _add_paper_recipe(evaluate)
     _add_decoding(evaluate)
     _add_debug(evaluate)

@@ -8,8 +8,8 @@ Python strings, skipping empty pairs and, optionally, pairs that are too long.
 Files are UTF-8, one sentence a line; a name ending in `.gz` is read through
 gzip. Every problem with the input raises `InputError` naming the file (and the
 line, where there is one). Lines are stripped of surrounding whitespace.
-`output_writer` writes output as it comes, to stdout or a new file (never over one unless forced); `write_new`
-writes a new file whole, never over one made meanwhile.
+`output_writer` writes output as it comes, to stdout or a new file (never over one unless forced; the file's
+name appears only once it is complete); `write_new` writes a new file whole, never over one made meanwhile.
 
 """
 
@@ -199,21 +199,42 @@ def write_new(path: str | Path, data: bytes) -> None:
 
 @contextlib.contextmanager
 def output_writer(path: Path | None, force: bool):
-    """A write(text) function for stdout or a new file (an existing one only with `force`), flushed as it goes."""
+    """A write(text) function for stdout or a new file (an existing one only with `force`), flushed as it goes.
+    A file's lines go to `NAME.tmp-<pid>` beside it, which takes the name only once all are written: a
+    run stopped half-way leaves no short file that looks complete, and a forced one keeps the old file till then."""
     if path is None:
         def write(text: str) -> None:
             sys.stdout.write(text)
             sys.stdout.flush()
         yield write
         return
+    target = Path(os.path.realpath(path))  # a link: write its target, as opening it would
+    if target.is_dir() or (target.exists() and not force):
+        raise InputError(f"{path}: exists; pass --force to overwrite it or choose another output file")
+    partial = target.with_name(f"{target.name}.tmp-{os.getpid()}")  # a run cleans up a dead one's (settle)
     try:
-        out = open(path, "w" if force else "x", encoding="utf-8")
-    except FileExistsError:
-        raise InputError(f"{path}: exists; pass --force to overwrite it or choose another output file") from None
+        out = open(partial, "x", encoding="utf-8")
     except OSError as err:
         raise InputError(f"{path}: cannot write ({err.strerror or err})") from None
-    with out:
-        def write(text: str) -> None:
-            out.write(text)
-            out.flush()
-        yield write
+    keep = False  # the lines, where a file took the name meanwhile
+    try:
+        with out:
+            def write(text: str) -> None:
+                out.write(text)
+                out.flush()
+            yield write
+        if force:
+            os.replace(partial, target)
+        else:
+            try:
+                os.link(partial, target)  # fails where a file appeared meanwhile: never over one
+            except FileExistsError:
+                keep = True
+                raise InputError(f"{path}: appeared while writing it; nothing was overwritten, the output is in "
+                                 f"{partial}") from None
+            except OSError:  # no hard links here: an exclusive create
+                with open(partial, "rb") as src, open(target, "xb") as dst:
+                    dst.write(src.read())
+    finally:
+        if not keep and partial.exists():
+            os.unlink(partial)
