@@ -12,10 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-from tqdm import tqdm
-
 from train import config as config_lib
 from train.data.files import iter_lines, output_writer, write_new
+from train.data.progress import progress_bar
 from train.errors import InputError
 from train.evaluate.scores import corpus_scores
 from train.run import checkpointing
@@ -128,8 +127,8 @@ def _decoding_threads(args, on_stdout: bool = True):
         yield
 
 
-def _progress(total: int, what: str) -> tqdm:
-    return tqdm(total=total, unit=" sentences", desc=what, dynamic_ncols=True, disable=not sys.stderr.isatty())
+def _progress(total: int, what: str):  # a tqdm bar on a terminal; in a log, a line every 30 s (as prepare's)
+    return progress_bar(True, total=total, unit=" sentences", desc=what)
 
 
 def _load(args):

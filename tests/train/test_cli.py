@@ -149,3 +149,20 @@ def test_doctor_reports_backends():
     assert result.returncode == 0
     out = result.stdout.decode()
     assert "NumPy" in out and "numpy  ok" in out and "cupy" in out
+
+
+def test_decoding_progress_is_logged_as_lines_where_stderr_is_a_log(monkeypatch):
+    """translate/evaluate/parse-eval in a batch job (stderr a file, not a terminal) say how far they got, as
+    prepare does: a line every LOG_EVERY_S seconds (0 here), not silence until the scores."""
+    import io
+
+    from train import commands
+
+    monkeypatch.setattr("train.data.progress.LOG_EVERY_S", 0.0)
+    log = io.StringIO()
+    monkeypatch.setattr("sys.stderr", log)
+    with commands._progress(3, "translating") as bar:
+        bar.update(2)
+        bar.update(1)
+    lines = log.getvalue().splitlines()
+    assert lines and all("\r" not in line for line in lines) and "translating" in lines[-1] and "3/3" in lines[-1]
