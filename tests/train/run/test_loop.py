@@ -228,8 +228,11 @@ def test_average_reads_weights_only_and_defaults_to_the_runs_average_last(straig
     out, names = checkpointing.average_last(copy)  # train.average_last = 2 in this run's config.json
     assert out == copy / "averaged_last2.safetensors"
     assert names == ["ckpt_00000009.safetensors", "ckpt_00000012.safetensors"]
-    with pytest.raises(InputError, match="nothing: not a run directory of this tool"):
+    with pytest.raises(InputError, match="nothing: no such directory$"):  # a typo: no advice to resume it
         checkpointing.average_last(tmp_path / "nothing")
+    with pytest.raises(InputError, match="empty: not a run directory of this tool"):
+        (tmp_path / "empty").mkdir()
+        checkpointing.average_last(tmp_path / "empty")
 
 
 def test_early_stopping_and_best_checkpoint_by_validation_bleu(tmp_path, monkeypatch, capsys):
