@@ -1,10 +1,8 @@
 """What each CLI command does (argument parsing lives in train/__main__.py).
 
-The demo: generate the built-in task, train the small model on the CPU
-(configs/demo.toml), average the last checkpoints (§6.1), decode the test split
-with beam search (beam 4, α 0.6, §6.1), print sacreBLEU and exact match with a
-few example translations, and write the plots.
-"""
+The demo: generate the built-in task, train the small model on the CPU (configs/demo.toml), average the
+last checkpoints (§6.1), decode the test split with beam search (beam 4, α 0.6, §6.1), print sacreBLEU and
+exact match with a few example translations, and write the plots; stopped by a signal, it stops there."""
 
 import contextlib
 import os
@@ -251,6 +249,9 @@ def demo(run_dir: Path, overrides: list[str], force: bool, progress: bool, confi
     run_config = config_lib.load(config_path, overrides)
     print(f"demo: the built-in English->German number task, config {config_path.name}, run dir {run_dir}")
     result = run_fit(run_config, run_dir, force=force, progress=progress)
+    if result.stopped not in (None, "early stopping"):  # Ctrl-C, SIGTERM: the checkpoint is written; stop, as fit
+        print(f"stopped by {result.stopped} at step {result.progress.step}; to resume, run the same command again")
+        return 0
     with cpu_threads(run_config.train.threads):
         _demo_test(run_config, run_dir, result)
     print(f"total time {time.perf_counter() - start:.0f} s")
