@@ -67,12 +67,15 @@ def _searches(model):
 
 
 def _decode_batches(model, sources: Sequence[Sequence[int]], decode: Callable, max_tokens: int,
-                    on_batch: Callable[[int], None] | None) -> list:
-    """decode(src (B, S)) for every sentence, batched by length; results in input order."""
+                    on_batch: Callable[[int], None] | None, threaded: bool | None = None) -> list:
+    """decode(src (B, S)) for every sentence, batched by length; results in input order. `threaded`: a batch
+    per thread (default: where `decode` can be fast_search's; search.py's Tensor ops, Numba's parallel
+    kernels among them, must not run in several Python threads at once)."""
     eos, pad = model.config.eos_id, model.config.pad_id
     with_eos = [list(s) + [eos] for s in sources]
     lengths = [len(s) for s in with_eos]
-    workers = current_threads() if fast_search.supports(model) else 1    # search.py's Tensor ops: one thread
+    threaded = fast_search.supports(model) if threaded is None else threaded
+    workers = current_threads() if threaded else 1
     outputs: list = [None] * len(sources)
 
     def decode_batch(batch):
