@@ -355,8 +355,8 @@ def parse_eval(args) -> int:
     gold_path = args.gold
     if gold_path.is_dir():  # a ptb run: the gold trees of the test split it was prepared with
         test_trees = recorded_file(gold_path, "test_tgt")
-        if test_trees is None:
-            raise InputError(f"{gold_path}: not a ptb run directory (no test split in its prepared.json)")
+        if test_trees is None or test_trees.suffix != ".tree":  # a translation run's is test.de, say
+            raise InputError(f"{gold_path}: not a ptb run directory (no test split of trees in its prepared.json)")
         gold_path = test_trees.with_suffix(".gold")
     gold = parsing.read_gold(gold_path)
     model, tokenizer = _load(args)
