@@ -53,7 +53,7 @@ def _add_decoding(parser: argparse.ArgumentParser, beam: int = 4, alpha: float =
     parser.add_argument("--alpha", type=float, default=alpha, help=f"length penalty α (default {alpha}, {section})")
     parser.add_argument("--max-len-b", type=int, default=max_len_b,
                         help=f"longest output = source length + this (default {max_len_b}, {section})")
-    parser.add_argument("--max-tokens", type=int, default=4096, help="source tokens per decoding batch")
+    parser.add_argument("--max-tokens", type=int, default=4096, help="source tokens per decoding batch (default 4096)")
     parser.add_argument("--early-stop", action="store_true",
                         help="stop a sentence's beam search once --beam hypotheses have finished (faster; by default "
                              "it goes on while a live hypothesis can still win, as tensor2tensor does)")

@@ -166,3 +166,10 @@ def test_decoding_progress_is_logged_as_lines_where_stderr_is_a_log(monkeypatch)
         bar.update(1)
     lines = log.getvalue().splitlines()
     assert lines and all("\r" not in line for line in lines) and "translating" in lines[-1] and "3/3" in lines[-1]
+
+
+def test_prepare_refuses_a_negative_worker_count_before_anything_is_made(tmp_path):
+    result = run_cli("prepare", "--config", str(ROOT / "configs" / "demo.toml"), "--data-dir", str(tmp_path / "p"),
+                     "--workers", "-1")
+    assert_one_line_error(result, "--workers must be 0 (one process per core for a large corpus) or more, got -1")
+    assert not (tmp_path / "p").exists()
