@@ -27,6 +27,11 @@ from pathlib import Path
 from train.errors import InputError
 
 
+def no_file(path: Path) -> InputError:
+    """The error for a file to read that is not there (or is a folder)."""
+    return InputError(f"{path}: {'a folder, not a file' if path.is_dir() else 'file not found'}")
+
+
 def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     """Yield (line_number, stripped_text), line numbers from 1; `.gz` is decompressed.
 
@@ -34,7 +39,7 @@ def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     """
     path = Path(path)
     if not path.is_file():
-        raise InputError(f"{path}: file not found")
+        raise no_file(path)
     opener = gzip.open if path.name.endswith(".gz") else open
     try:
         with opener(path, "rb") as f:
@@ -52,7 +57,7 @@ def count_lines(path: str | Path, block: int = 1 << 24) -> int:
     """How many lines `iter_lines` would yield (a last line without a newline counts), read in blocks."""
     path = Path(path)
     if not path.is_file():
-        raise InputError(f"{path}: file not found")
+        raise no_file(path)
     opener = gzip.open if path.name.endswith(".gz") else open
     n, last = 0, b"\n"
     try:
@@ -209,7 +214,9 @@ def output_writer(path: Path | None, force: bool):
         yield write
         return
     target = Path(os.path.realpath(path))  # a link: write its target, as opening it would
-    if target.is_dir() or (target.exists() and not force):
+    if target.is_dir():
+        raise InputError(f"{path}: a folder, not a file; choose a file to write")
+    if target.exists() and not force:
         raise InputError(f"{path}: exists; pass --force to overwrite it or choose another output file")
     partial = target.with_name(f"{target.name}.tmp-{os.getpid()}")  # a run cleans up a dead one's (settle)
     try:

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import minitensor as mt
 from train.data.batching import make_batches, pad_batch
+from train.data.files import no_file
 from train.errors import InputError
 from train.threads import cpu_threads, current_threads
 from transformer import fast_search, search
@@ -244,7 +245,7 @@ def read_source(path: Path) -> list[str]:
     """The lines of a file to translate (`.gz` is decompressed), each through decode_line."""
     path = Path(path)
     if not path.is_file():
-        raise InputError(f"{path}: file not found")
+        raise no_file(path)
     try:
         with (gzip.open if path.name.endswith(".gz") else open)(path, "rb") as f:
             return [decode_line(raw, str(path), number) for number, raw in enumerate(f, start=1)]

@@ -184,3 +184,15 @@ def test_output_writer_keeps_a_file_that_appeared_meanwhile_and_the_lines(tmp_pa
     assert out.read_text() == "the user's"
     kept = [p for p in tmp_path.iterdir() if p.name != "out.txt"]
     assert len(kept) == 1 and kept[0].read_text() == "ours\n" and str(kept[0]) in str(err.value)
+
+
+def test_a_folder_where_a_file_belongs_is_named_as_a_folder(tmp_path):
+    """`--input DIR` said 'file not found'; `--output DIR --force` said 'exists; pass --force'."""
+    from train.evaluate.translate import read_source
+
+    for read in (lambda p: list(iter_lines(p)), count_lines, read_source):
+        with pytest.raises(InputError, match=r": a folder, not a file$"):
+            read(tmp_path)
+    with pytest.raises(InputError, match=r": a folder, not a file; choose a file to write"):
+        with output_writer(tmp_path, True):
+            pass
