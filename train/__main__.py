@@ -159,22 +159,24 @@ def build_parser() -> argparse.ArgumentParser:
     _add_debug(score)
 
     average = commands.add_parser("average", help="average the last K checkpoints of a run (§6.1)")
-    average.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    average.add_argument("--last", type=int, default=None,
-                         help="how many (default: the run's train.average_last; base 5, big 20, §6.1)")
+    average.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run directory of `fit`, e.g. runs/demo")
+    average.add_argument("--last", type=int, default=None, metavar="K",
+                         help="how many of the run's newest checkpoints (default: its train.average_last; "
+                              "base 5, big 20, §6.1)")
     average.add_argument("--out", type=Path, default=None, help="default RUN_DIR/averaged_last<K>.safetensors")
     average.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     _add_debug(average)
 
     plot = commands.add_parser("plot", help="write PNG curves and an attention heat-map (RUN_DIR/plots)")
-    plot.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    plot.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run directory of `fit`, e.g. runs/demo")
     plot.add_argument("--sentence", default=None,
                       help="source sentence for the attention heat-map (default: the first validation sentence)")
     _add_debug(plot)
 
     tensorboard = commands.add_parser("export-tensorboard",
                                       help="write RUN_DIR/metrics.jsonl as a TensorBoard event file")
-    tensorboard.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    tensorboard.add_argument("run_dir", type=Path, metavar="RUN_DIR",
+                             help="a run directory of `fit`, e.g. runs/demo")
     tensorboard.add_argument("--out", type=Path, default=None, help="folder for the event file "
                                                                      "(default RUN_DIR/tensorboard-export)")
     _add_debug(tensorboard)
