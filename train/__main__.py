@@ -302,6 +302,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except (FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError) as err:  # a path in the way
+        if args.debug:
+            raise
+        print(f"error: {err.filename}: {err.strerror} (--debug shows where)", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         if args.debug:
             raise

@@ -173,3 +173,17 @@ def test_prepare_refuses_a_negative_worker_count_before_anything_is_made(tmp_pat
                      "--workers", "-1")
     assert_one_line_error(result, "--workers must be 0 (one process per core for a large corpus) or more, got -1")
     assert not (tmp_path / "p").exists()
+
+
+def test_a_file_of_the_users_in_the_way_of_an_output_folder_is_one_line(tmp_path):
+    """`plot RUN_DIR` where RUN_DIR/plots is a file of the user's (or any output under a file): one line naming
+    the path, exit 2, the file kept; it was a FileExistsError / NotADirectoryError traceback."""
+    from train.run.manifest import Manifest
+    from train.run.metrics import MetricsWriter
+
+    manifest = Manifest.create(tmp_path)
+    with MetricsWriter(manifest.claim("metrics.jsonl", append=True), manifest=manifest) as metrics:
+        metrics.write("train", 1, loss=5.5, lr=1e-4, grad_norm=None, epoch=0)
+    (tmp_path / "plots").write_text("mine")
+    assert_one_line_error(run_cli("plot", str(tmp_path)), f"{tmp_path / 'plots'}: File exists")
+    assert (tmp_path / "plots").read_text() == "mine"
