@@ -19,6 +19,7 @@ import os
 import resource
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import zip_longest
@@ -206,7 +207,8 @@ def write_new(path: str | Path, data: bytes) -> None:
 def output_writer(path: Path | None, force: bool):
     """A write(text) function for stdout or a new file (an existing one only with `force`), flushed as it goes.
     A file's lines go to `NAME.tmp-<pid>` beside it, which takes the name only once all are written: a
-    run stopped half-way leaves no short file that looks complete, and a forced one keeps the old file till then."""
+    run stopped half-way leaves no short file that looks complete, and a forced one keeps the old file till then
+    (after Ctrl-C the temporary stays, named in a warning: the lines done are not lost)."""
     if path is None:
         def write(text: str) -> None:
             sys.stdout.write(text)
@@ -223,13 +225,19 @@ def output_writer(path: Path | None, force: bool):
         out = open(partial, "x", encoding="utf-8")
     except OSError as err:
         raise InputError(f"{path}: cannot write ({err.strerror or err})") from None
-    keep = False  # the lines, where a file took the name meanwhile
+    keep = False  # the lines, where a file took the name meanwhile or Ctrl-C stopped them
     try:
         with out:
             def write(text: str) -> None:
                 out.write(text)
                 out.flush()
-            yield write
+            try:
+                yield write
+            except KeyboardInterrupt:  # stdin translated until Ctrl-C, say: the lines so far, under their name
+                keep = out.tell() > 0
+                if keep:
+                    warnings.warn(f"{path}: not written (interrupted); the lines done are in {partial}")
+                raise
         if force:
             os.replace(partial, target)
         else:

@@ -160,12 +160,20 @@ def test_output_writer_never_leaves_a_short_file_under_the_name(tmp_path, force)
     out = tmp_path / "out.txt"
     if force:
         out.write_text("the old translations\n")
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(RuntimeError):
         with output_writer(out, force) as write:
             write("line 1\n")
             assert not out.exists() or out.read_text() == "the old translations\n"
-            raise KeyboardInterrupt
+            raise RuntimeError("a failure half-way")
     assert sorted(p.name for p in tmp_path.iterdir()) == (["out.txt"] if force else [])
+    assert not force or out.read_text() == "the old translations\n"
+    with pytest.raises(KeyboardInterrupt), pytest.warns(UserWarning, match="not written .interrupted.; the lines"):
+        with output_writer(out, force) as write:
+            write("line 1\n")
+            raise KeyboardInterrupt  # stdin translated until Ctrl-C: the lines done stay, in the temporary
+    kept = [p for p in tmp_path.iterdir() if p.name != "out.txt"]
+    assert len(kept) == 1 and kept[0].read_text() == "line 1\n" and ".tmp-" in kept[0].name
+    kept[0].unlink()
     assert not force or out.read_text() == "the old translations\n"
     with output_writer(out, force) as write:
         write("line 1\n")
