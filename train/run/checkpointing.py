@@ -292,6 +292,10 @@ def average_last(run_dir: Path, last: int | None = None, out: Path | None = None
         raise InputError(f"{run_dir}: {', '.join(changed)} changed since this tool wrote it (its sha256 is not the one "
                          f"in the run's {MANIFEST_FILE}); nothing was averaged; move it out or choose another --last")
     out = Path(out) if out is not None else run_dir / f"averaged_last{last}.safetensors"
+    if out.suffix != ".safetensors":  # not over the run's config.json, metrics.jsonl, ... (--force or not)
+        raise InputError(f"{out}: --out must be a .safetensors file (averaged weights)")
+    if any(out.resolve() == p.resolve() for p in paths):
+        raise InputError(f"{out}: one of the run's checkpoints; choose another --out (an average never replaces one)")
     run = run_containing(out)  # in a run directory (this one or another, at any depth): a file of that run's
     if run is not None:
         run[0].refuse_if_foreign(run[1])
