@@ -96,6 +96,10 @@ def test_init_from_starts_a_new_run_from_the_weights_and_tokenizer(tmp_path):
     with pytest.raises(InputError, match=r"--init-from needs the checkpoint's architecture: model.d_model 16 "
                                          r"\(checkpoint\) vs 32 \(config\)"):
         quiet_fit(tmp_path / "other", "train.max_steps=1", "model.d_model=32", init_from=ckpt)
+    assert not (tmp_path / "other").exists()  # checked before the run directory is made
+    with pytest.raises(InputError, match="checkpoint not found"):
+        quiet_fit(tmp_path / "other", "train.max_steps=1", init_from=tmp_path / "base" / "nothing.safetensors")
+    assert not (tmp_path / "other").exists()
 
 
 

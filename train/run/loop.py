@@ -137,6 +137,8 @@ def fit(run_config: RunConfig, run_dir: str | Path, force: bool = False, reset_o
     main = comm.rank == 0                      # rank 0 alone owns the run directory
     if tensorboard and main:
         summary_writer_class()                 # a missing extra is said before anything is written
+    if init_from is not None and main and not run_checkpoints(run_dir):  # a new run's start, before it is made
+        checkpointing.check_init_from(init_from, run_config.model)
     adopt = check_run_dir(run_dir) if main else None
     with RunLock(run_dir) if main else contextlib.nullcontext() as lock:
         opened = start_run(run_config, open_run(run_dir, adopt), force) if main else None
