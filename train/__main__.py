@@ -40,6 +40,7 @@ from transformer.checkpoint import CheckpointError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEMO_CONFIG = REPO_ROOT / "configs" / "demo.toml"
+BACKENDS = ("numpy", "numba", "cupy", "cpu", "cuda")  # minitensor's (cpu = numba, cuda = cupy)
 
 
 def _add_debug(parser: argparse.ArgumentParser, default=argparse.SUPPRESS) -> None:
@@ -59,7 +60,8 @@ def _add_decoding(parser: argparse.ArgumentParser, beam: int = 4, alpha: float =
                              "it goes on while a live hypothesis can still win, as tensor2tensor does)")
     parser.add_argument("--tokenizer", type=Path, default=None,
                         help="tokenizer.model (default: the one in the checkpoint's run directory)")
-    parser.add_argument("--backend", default="cpu", help="numpy, numba, cupy, cpu or cuda (default cpu)")
+    parser.add_argument("--backend", default="cpu", choices=BACKENDS, metavar="BACKEND",
+                        help="numpy, numba, cupy, cpu or cuda (default cpu)")
     parser.add_argument("--threads", type=int, default=None,
                         help="CPU threads, each decoding whole batches (default 4, at most the cores this process "
                              "may use; printed on stderr)")
@@ -212,7 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--preset", choices=["cpu", "base"], default=None,
                        help="cpu: d_model 256, 3+3 layers, 64×32 tokens; base: Table 3 base, 250×100 tokens "
                             "(default: base with --backend cuda, cpu otherwise)")
-    bench.add_argument("--backend", default="cpu", help="cpu (Numba), numpy (reference) or cuda (default cpu)")
+    bench.add_argument("--backend", default="cpu", choices=BACKENDS, metavar="BACKEND",
+                       help="cpu (Numba), numpy (reference) or cuda (default cpu)")
     bench.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
                        help="bf16 / fp16 = mixed precision (cuda; fp16 with loss scaling): the peer then uses bf16 "
                             "autocast; with fp32 the peer runs in fp32 and in TF32")
@@ -271,7 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
                                             "data-parallel training on 1-8 devices (train/experiments/scale.py: "
                                             "straggler, latency per bucket, measured overlap) and check the model "
                                             "against NVIDIA's published 1-8 A100 run.")
-    scale.add_argument("--backend", default="cpu", help="cpu (Numba), numpy or cuda (default cpu)")
+    scale.add_argument("--backend", default="cpu", choices=BACKENDS, metavar="BACKEND",
+                       help="cpu (Numba), numpy or cuda (default cpu)")
     scale.add_argument("--preset", choices=["cpu", "base"], default=None,
                        help="the model whose step is measured (default: base with --backend cuda, cpu otherwise)")
     scale.add_argument("--step-ms", type=float, default=None,

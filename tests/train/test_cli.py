@@ -187,3 +187,11 @@ def test_a_file_of_the_users_in_the_way_of_an_output_folder_is_one_line(tmp_path
     (tmp_path / "plots").write_text("mine")
     assert_one_line_error(run_cli("plot", str(tmp_path)), f"{tmp_path / 'plots'}: File exists")
     assert (tmp_path / "plots").read_text() == "mine"
+
+
+@pytest.mark.parametrize("command", [["translate", "--ckpt", "x.safetensors"], ["bench", "--no-peer"], ["scale"]])
+def test_an_unknown_backend_is_refused_by_the_parser(command):
+    """`--backend foo` was a ValueError traceback from minitensor in translate, bench and scale."""
+    result = run_cli(*command, "--backend", "foo")
+    stderr = result.stderr.decode()
+    assert result.returncode == 2 and "invalid choice: 'foo'" in stderr and "Traceback" not in stderr, stderr
