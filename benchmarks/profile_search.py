@@ -46,12 +46,13 @@ def _model_and_sources(args):
 
 
 def _decode(model, sources, which, beam, max_len_b):
-    """translate_ids' batches and order, decoded by `which` (search or fast_search)."""
+    """translate_ids' batches and order, decoded by `which` (search or fast_search): fast_search.py's a batch
+    per thread, as translate decodes; search.py's in this thread (as where the fast search does not apply)."""
     def decode(src):
         if beam == 1:
             return which.greedy_decode(model, src, max_len_b=max_len_b)
         return which.beam_search(model, src, beam=beam, max_len_b=max_len_b)
-    return _decode_batches(model, sources, decode, 4096, None)
+    return _decode_batches(model, sources, decode, 4096, None, threaded=which is fast_search)
 
 
 def main() -> None:

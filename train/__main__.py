@@ -40,6 +40,7 @@ from transformer.checkpoint import CheckpointError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEMO_CONFIG = REPO_ROOT / "configs" / "demo.toml"
+BACKENDS = ("numpy", "numba", "cupy", "cpu", "cuda")  # minitensor's (cpu = numba, cuda = cupy)
 
 
 def _add_debug(parser: argparse.ArgumentParser, default=argparse.SUPPRESS) -> None:
@@ -53,13 +54,14 @@ def _add_decoding(parser: argparse.ArgumentParser, beam: int = 4, alpha: float =
     parser.add_argument("--alpha", type=float, default=alpha, help=f"length penalty α (default {alpha}, {section})")
     parser.add_argument("--max-len-b", type=int, default=max_len_b,
                         help=f"longest output = source length + this (default {max_len_b}, {section})")
-    parser.add_argument("--max-tokens", type=int, default=4096, help="source tokens per decoding batch")
+    parser.add_argument("--max-tokens", type=int, default=4096, help="source tokens per decoding batch (default 4096)")
     parser.add_argument("--early-stop", action="store_true",
                         help="stop a sentence's beam search once --beam hypotheses have finished (faster; by default "
                              "it goes on while a live hypothesis can still win, as tensor2tensor does)")
     parser.add_argument("--tokenizer", type=Path, default=None,
                         help="tokenizer.model (default: the one in the checkpoint's run directory)")
-    parser.add_argument("--backend", default="cpu", help="numpy, numba, cupy, cpu or cuda (default cpu)")
+    parser.add_argument("--backend", default="cpu", choices=BACKENDS, metavar="BACKEND",
+                        help="numpy, numba, cupy, cpu or cuda (default cpu)")
     parser.add_argument("--threads", type=int, default=None,
                         help="CPU threads, each decoding whole batches (default 4, at most the cores this process "
                              "may use; printed on stderr)")
@@ -133,7 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     translate.add_argument("--ckpt", type=Path, required=True, help="a checkpoint (.safetensors)")
     translate.add_argument("--input", type=Path, default=None, help="read this file (default: stdin, line by line)")
     translate.add_argument("--output", type=Path, default=None,
-                           help="write this file, line by line as translations are done (default: stdout)")
+                           help="write this file (default: stdout); lines go to OUTPUT.tmp-<pid> as they are done, "
+                                "renamed to OUTPUT once all are")
     translate.add_argument("--force", action="store_true", help="overwrite --output if it exists")
     translate.add_argument("--nbest", type=int, default=0, metavar="K",
                            help="the K best translations of each line, as LINE<TAB>SCORE<TAB>TEXT (K <= --beam)")
@@ -145,7 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--src", type=Path, required=True, help="source sentences, one a line")
     evaluate.add_argument("--ref", type=Path, required=True, help="reference translations, line by line")
     evaluate.add_argument("--out", type=Path, default=None,
-                          help="also write the translations here (a new file, written as they are produced)")
+                          help="also write the translations here (a new file; lines go to OUT.tmp-<pid> as they are "
+                               "done, renamed to OUT once all are)")
     _add_paper_recipe(evaluate)
     _add_decoding(evaluate)
     _add_debug(evaluate)
@@ -157,22 +161,24 @@ def build_parser() -> argparse.ArgumentParser:
     _add_debug(score)
 
     average = commands.add_parser("average", help="average the last K checkpoints of a run (§6.1)")
-    average.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    average.add_argument("--last", type=int, default=None,
-                         help="how many (default: the run's train.average_last; base 5, big 20, §6.1)")
+    average.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run directory of `fit`, e.g. runs/demo")
+    average.add_argument("--last", type=int, default=None, metavar="K",
+                         help="how many of the run's newest checkpoints (default: its train.average_last; "
+                              "base 5, big 20, §6.1)")
     average.add_argument("--out", type=Path, default=None, help="default RUN_DIR/averaged_last<K>.safetensors")
     average.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     _add_debug(average)
 
     plot = commands.add_parser("plot", help="write PNG curves and an attention heat-map (RUN_DIR/plots)")
-    plot.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    plot.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run directory of `fit`, e.g. runs/demo")
     plot.add_argument("--sentence", default=None,
                       help="source sentence for the attention heat-map (default: the first validation sentence)")
     _add_debug(plot)
 
     tensorboard = commands.add_parser("export-tensorboard",
                                       help="write RUN_DIR/metrics.jsonl as a TensorBoard event file")
-    tensorboard.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    tensorboard.add_argument("run_dir", type=Path, metavar="RUN_DIR",
+                             help="a run directory of `fit`, e.g. runs/demo")
     tensorboard.add_argument("--out", type=Path, default=None, help="folder for the event file "
                                                                      "(default RUN_DIR/tensorboard-export)")
     _add_debug(tensorboard)
@@ -208,7 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--preset", choices=["cpu", "base"], default=None,
                        help="cpu: d_model 256, 3+3 layers, 64×32 tokens; base: Table 3 base, 250×100 tokens "
                             "(default: base with --backend cuda, cpu otherwise)")
-    bench.add_argument("--backend", default="cpu", help="cpu (Numba), numpy (reference) or cuda (default cpu)")
+    bench.add_argument("--backend", default="cpu", choices=BACKENDS, metavar="BACKEND",
+                       help="cpu (Numba), numpy (reference) or cuda (default cpu)")
     bench.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
                        help="bf16 / fp16 = mixed precision (cuda; fp16 with loss scaling): the peer then uses bf16 "
                             "autocast; with fp32 the peer runs in fp32 and in TF32")
@@ -267,7 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
                                             "data-parallel training on 1-8 devices (train/experiments/scale.py: "
                                             "straggler, latency per bucket, measured overlap) and check the model "
                                             "against NVIDIA's published 1-8 A100 run.")
-    scale.add_argument("--backend", default="cpu", help="cpu (Numba), numpy or cuda (default cpu)")
+    scale.add_argument("--backend", default="cpu", choices=BACKENDS, metavar="BACKEND",
+                       help="cpu (Numba), numpy or cuda (default cpu)")
     scale.add_argument("--preset", choices=["cpu", "base"], default=None,
                        help="the model whose step is measured (default: base with --backend cuda, cpu otherwise)")
     scale.add_argument("--step-ms", type=float, default=None,
@@ -297,6 +305,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    except (FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError) as err:  # a path in the way
+        if args.debug:
+            raise
+        print(f"error: {err.filename}: {err.strerror} (--debug shows where)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         if args.debug:

@@ -1,10 +1,8 @@
 """What each CLI command does (argument parsing lives in train/__main__.py).
 
-The demo: generate the built-in task, train the small model on the CPU
-(configs/demo.toml), average the last checkpoints (§6.1), decode the test split
-with beam search (beam 4, α 0.6, §6.1), print sacreBLEU and exact match with a
-few example translations, and write the plots.
-"""
+The demo: generate the built-in task, train the small model on the CPU (configs/demo.toml), average the
+last checkpoints (§6.1), decode the test split with beam search (beam 4, α 0.6, §6.1), print sacreBLEU and
+exact match with a few example translations, and write the plots; stopped by a signal, it stops there."""
 
 import contextlib
 import os
@@ -12,10 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from tqdm import tqdm
-
 from train import config as config_lib
 from train.data.files import iter_lines, output_writer, write_new
+from train.data.progress import progress_bar
 from train.errors import InputError
 from train.evaluate.scores import corpus_scores
 from train.run import checkpointing
@@ -128,8 +125,8 @@ def _decoding_threads(args, on_stdout: bool = True):
         yield
 
 
-def _progress(total: int, what: str) -> tqdm:
-    return tqdm(total=total, unit=" sentences", desc=what, dynamic_ncols=True, disable=not sys.stderr.isatty())
+def _progress(total: int, what: str):  # a tqdm bar on a terminal; in a log, a line every 30 s (as prepare's)
+    return progress_bar(True, total=total, unit=" sentences", desc=what)
 
 
 def _load(args):
@@ -252,6 +249,9 @@ def demo(run_dir: Path, overrides: list[str], force: bool, progress: bool, confi
     run_config = config_lib.load(config_path, overrides)
     print(f"demo: the built-in English->German number task, config {config_path.name}, run dir {run_dir}")
     result = run_fit(run_config, run_dir, force=force, progress=progress)
+    if result.stopped not in (None, "early stopping"):  # Ctrl-C, SIGTERM: the checkpoint is written; stop, as fit
+        print(f"stopped by {result.stopped} at step {result.progress.step}; to resume, run the same command again")
+        return 0
     with cpu_threads(run_config.train.threads):
         _demo_test(run_config, run_dir, result)
     print(f"total time {time.perf_counter() - start:.0f} s")
@@ -355,8 +355,8 @@ def parse_eval(args) -> int:
     gold_path = args.gold
     if gold_path.is_dir():  # a ptb run: the gold trees of the test split it was prepared with
         test_trees = recorded_file(gold_path, "test_tgt")
-        if test_trees is None:
-            raise InputError(f"{gold_path}: not a ptb run directory (no test split in its prepared.json)")
+        if test_trees is None or test_trees.suffix != ".tree":  # a translation run's is test.de, say
+            raise InputError(f"{gold_path}: not a ptb run directory (no test split of trees in its prepared.json)")
         gold_path = test_trees.with_suffix(".gold")
     gold = parsing.read_gold(gold_path)
     model, tokenizer = _load(args)

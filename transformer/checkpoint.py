@@ -189,6 +189,9 @@ def content_digest(path: str | Path) -> str:
     return hashlib.sha256(json.dumps(header, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
 
 
+MAX_HEADER_BYTES = 100_000_000  # the safetensors format's limit
+
+
 def _raw_header(path: Path) -> dict:
     """The JSON header as it lies in the file (for messages and old files); CheckpointError if malformed."""
     size = path.stat().st_size
@@ -197,6 +200,9 @@ def _raw_header(path: Path) -> dict:
         if len(head) < 8:
             raise CheckpointError(f"{path.name}: file has {size} bytes, too short for the 8-byte header length")
         n = int.from_bytes(head, "little")
+        if n > MAX_HEADER_BYTES and 8 + n > size:  # text, say: no header length of a file of ours
+            raise CheckpointError(f"{path.name}: not a .safetensors checkpoint (its first 8 bytes give no header "
+                                  f"length: {head!r})")
         if 8 + n > size:
             raise CheckpointError(f"{path.name}: header claims {n} bytes but the file has {size} bytes")
         try:

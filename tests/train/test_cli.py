@@ -149,3 +149,49 @@ def test_doctor_reports_backends():
     assert result.returncode == 0
     out = result.stdout.decode()
     assert "NumPy" in out and "numpy  ok" in out and "cupy" in out
+
+
+def test_decoding_progress_is_logged_as_lines_where_stderr_is_a_log(monkeypatch):
+    """translate/evaluate/parse-eval in a batch job (stderr a file, not a terminal) say how far they got, as
+    prepare does: a line every LOG_EVERY_S seconds (0 here), not silence until the scores."""
+    import io
+
+    from train import commands
+
+    monkeypatch.setattr("train.data.progress.LOG_EVERY_S", 0.0)
+    log = io.StringIO()
+    monkeypatch.setattr("sys.stderr", log)
+    with commands._progress(3, "translating") as bar:
+        bar.update(2)
+        bar.update(1)
+    lines = log.getvalue().splitlines()
+    assert lines and all("\r" not in line for line in lines) and "translating" in lines[-1] and "3/3" in lines[-1]
+
+
+def test_prepare_refuses_a_negative_worker_count_before_anything_is_made(tmp_path):
+    result = run_cli("prepare", "--config", str(ROOT / "configs" / "demo.toml"), "--data-dir", str(tmp_path / "p"),
+                     "--workers", "-1")
+    assert_one_line_error(result, "--workers must be 0 (one process per core for a large corpus) or more, got -1")
+    assert not (tmp_path / "p").exists()
+
+
+def test_a_file_of_the_users_in_the_way_of_an_output_folder_is_one_line(tmp_path):
+    """`plot RUN_DIR` where RUN_DIR/plots is a file of the user's (or any output under a file): one line naming
+    the path, exit 2, the file kept; it was a FileExistsError / NotADirectoryError traceback."""
+    from train.run.manifest import Manifest
+    from train.run.metrics import MetricsWriter
+
+    manifest = Manifest.create(tmp_path)
+    with MetricsWriter(manifest.claim("metrics.jsonl", append=True), manifest=manifest) as metrics:
+        metrics.write("train", 1, loss=5.5, lr=1e-4, grad_norm=None, epoch=0)
+    (tmp_path / "plots").write_text("mine")
+    assert_one_line_error(run_cli("plot", str(tmp_path)), f"{tmp_path / 'plots'}: File exists")
+    assert (tmp_path / "plots").read_text() == "mine"
+
+
+@pytest.mark.parametrize("command", [["translate", "--ckpt", "x.safetensors"], ["bench", "--no-peer"], ["scale"]])
+def test_an_unknown_backend_is_refused_by_the_parser(command):
+    """`--backend foo` was a ValueError traceback from minitensor in translate, bench and scale."""
+    result = run_cli(*command, "--backend", "foo")
+    stderr = result.stderr.decode()
+    assert result.returncode == 2 and "invalid choice: 'foo'" in stderr and "Traceback" not in stderr, stderr

@@ -69,3 +69,22 @@ def test_shrunken_demo_end_to_end(tmp_path):
     plotted = cli("plot", str(run_dir), "--sentence", "there are two red apples on the table").stdout.decode()
     assert "loss.png" in plotted and "attention.png" in plotted
     assert (run_dir / "plots" / "attention.png").is_file()
+
+
+def test_a_demo_stopped_by_a_signal_says_how_to_resume_and_scores_nothing(tmp_path, monkeypatch, capsys):
+    """Ctrl-C during the demo's training stops the demo there (checkpoint written by fit), as it stops `fit`:
+    no test BLEU of a half-trained model printed as the demo's result, no test.hyp or plots written."""
+    from types import SimpleNamespace
+
+    from train import commands
+    from train.__main__ import DEMO_CONFIG
+
+    stopped = SimpleNamespace(stopped="SIGINT", progress=SimpleNamespace(step=166))
+    monkeypatch.setattr("train.run.loop.fit", lambda *args, **kwargs: stopped)
+
+    def no_test(*args):
+        raise AssertionError("the demo tested a model whose training was stopped")
+    monkeypatch.setattr(commands, "_demo_test", no_test)
+    assert commands.demo(tmp_path / "demo", [], force=False, progress=False, config_path=DEMO_CONFIG) == 0
+    out = capsys.readouterr().out
+    assert "stopped by SIGINT at step 166; to resume, run the same command again" in out and "test BLEU" not in out

@@ -96,7 +96,26 @@ def test_init_from_starts_a_new_run_from_the_weights_and_tokenizer(tmp_path):
     with pytest.raises(InputError, match=r"--init-from needs the checkpoint's architecture: model.d_model 16 "
                                          r"\(checkpoint\) vs 32 \(config\)"):
         quiet_fit(tmp_path / "other", "train.max_steps=1", "model.d_model=32", init_from=ckpt)
+    assert not (tmp_path / "other").exists()  # checked before the run directory is made
+    with pytest.raises(InputError, match="checkpoint not found"):
+        quiet_fit(tmp_path / "other", "train.max_steps=1", init_from=tmp_path / "base" / "nothing.safetensors")
+    assert not (tmp_path / "other").exists()
 
+
+
+def test_a_fine_tuning_run_resumes_with_its_given_tokenizer(tmp_path):
+    """Ctrl-C in a fine-tuning run, then --resume (or the same call): its data is prepared again with the
+    tokenizer it was given, not one trained from config.tokenizer (which the run then refused as changed data)."""
+    quiet_fit(tmp_path / "base", "train.max_steps=4")
+    ckpt = tmp_path / "base" / "ckpt_00000004.safetensors"
+    tuned_dir = tmp_path / "tuned"
+    tuned = ["train.max_steps=2", "task.seed=7", "tokenizer.vocab_size=60"]
+    quiet_fit(tuned_dir, *tuned, init_from=ckpt)
+    again = quiet_fit(tuned_dir, *tuned[1:], "train.max_steps=4", init_from=ckpt)   # the same call, further
+    assert again.progress.step == 4
+    assert (tuned_dir / "tokenizer.model").read_bytes() == (tmp_path / "base" / "tokenizer.model").read_bytes()
+    out = ok(run_cli("fit", "--resume", str(tuned_dir), "--no-progress", "--set", "train.max_steps=6"))
+    assert "restored ckpt_00000004.safetensors" in out and "done: step 6" in out
 
 def test_score_a_file_of_translations(tmp_path):
     hyp, ref = tmp_path / "hyp.de", tmp_path / "ref.de"

@@ -268,3 +268,12 @@ def test_list_and_latest_valid_checkpoint(tmp_path):
     newest.write_bytes(newest.read_bytes()[:-3])  # a crash mid-copy, say
     with pytest.warns(UserWarning, match="ckpt_00010000.safetensors: tensor 'w' needs bytes"):
         assert latest_valid_checkpoint(tmp_path) == checkpoint_path(tmp_path, 900)
+
+
+def test_a_file_that_is_no_checkpoint_at_all_says_so(tmp_path):
+    """`translate --ckpt metrics.jsonl` (a wrong file): its first 8 bytes are text, read as a header length of
+    exabytes; the message says it is not a checkpoint rather than quoting that length."""
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"kind": "train", "step": 1}\n')
+    with pytest.raises(CheckpointError, match=r"^metrics.jsonl: not a \.safetensors checkpoint \(its first 8 bytes"):
+        load_checkpoint(path)

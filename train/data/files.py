@@ -8,8 +8,8 @@ Python strings, skipping empty pairs and, optionally, pairs that are too long.
 Files are UTF-8, one sentence a line; a name ending in `.gz` is read through
 gzip. Every problem with the input raises `InputError` naming the file (and the
 line, where there is one). Lines are stripped of surrounding whitespace.
-`output_writer` writes output as it comes, to stdout or a new file (never over one unless forced); `write_new`
-writes a new file whole, never over one made meanwhile.
+`output_writer` writes output as it comes, to stdout or a new file (never over one unless forced; the file's
+name appears only once it is complete); `write_new` writes a new file whole, never over one made meanwhile.
 
 """
 
@@ -19,12 +19,18 @@ import os
 import resource
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
 
 from train.errors import InputError
+
+
+def no_file(path: Path) -> InputError:
+    """The error for a file to read that is not there (or is a folder)."""
+    return InputError(f"{path}: {'a folder, not a file' if path.is_dir() else 'file not found'}")
 
 
 def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
@@ -34,7 +40,7 @@ def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     """
     path = Path(path)
     if not path.is_file():
-        raise InputError(f"{path}: file not found")
+        raise no_file(path)
     opener = gzip.open if path.name.endswith(".gz") else open
     try:
         with opener(path, "rb") as f:
@@ -52,7 +58,7 @@ def count_lines(path: str | Path, block: int = 1 << 24) -> int:
     """How many lines `iter_lines` would yield (a last line without a newline counts), read in blocks."""
     path = Path(path)
     if not path.is_file():
-        raise InputError(f"{path}: file not found")
+        raise no_file(path)
     opener = gzip.open if path.name.endswith(".gz") else open
     n, last = 0, b"\n"
     try:
@@ -199,21 +205,51 @@ def write_new(path: str | Path, data: bytes) -> None:
 
 @contextlib.contextmanager
 def output_writer(path: Path | None, force: bool):
-    """A write(text) function for stdout or a new file (an existing one only with `force`), flushed as it goes."""
+    """A write(text) function for stdout or a new file (an existing one only with `force`), flushed as it goes.
+    A file's lines go to `NAME.tmp-<pid>` beside it, which takes the name only once all are written: a
+    run stopped half-way leaves no short file that looks complete, and a forced one keeps the old file till then
+    (after Ctrl-C the temporary stays, named in a warning: the lines done are not lost)."""
     if path is None:
         def write(text: str) -> None:
             sys.stdout.write(text)
             sys.stdout.flush()
         yield write
         return
+    target = Path(os.path.realpath(path))  # a link: write its target, as opening it would
+    if target.is_dir():
+        raise InputError(f"{path}: a folder, not a file; choose a file to write")
+    if target.exists() and not force:
+        raise InputError(f"{path}: exists; pass --force to overwrite it or choose another output file")
+    partial = target.with_name(f"{target.name}.tmp-{os.getpid()}")  # a run cleans up a dead one's (settle)
     try:
-        out = open(path, "w" if force else "x", encoding="utf-8")
-    except FileExistsError:
-        raise InputError(f"{path}: exists; pass --force to overwrite it or choose another output file") from None
+        out = open(partial, "x", encoding="utf-8")
     except OSError as err:
         raise InputError(f"{path}: cannot write ({err.strerror or err})") from None
-    with out:
-        def write(text: str) -> None:
-            out.write(text)
-            out.flush()
-        yield write
+    keep = False  # the lines, where a file took the name meanwhile or Ctrl-C stopped them
+    try:
+        with out:
+            def write(text: str) -> None:
+                out.write(text)
+                out.flush()
+            try:
+                yield write
+            except KeyboardInterrupt:  # stdin translated until Ctrl-C, say: the lines so far, under their name
+                keep = out.tell() > 0
+                if keep:
+                    warnings.warn(f"{path}: not written (interrupted); the lines done are in {partial}")
+                raise
+        if force:
+            os.replace(partial, target)
+        else:
+            try:
+                os.link(partial, target)  # fails where a file appeared meanwhile: never over one
+            except FileExistsError:
+                keep = True
+                raise InputError(f"{path}: appeared while writing it; nothing was overwritten, the output is in "
+                                 f"{partial}") from None
+            except OSError:  # no hard links here: an exclusive create
+                with open(partial, "rb") as src, open(target, "xb") as dst:
+                    dst.write(src.read())
+    finally:
+        if not keep and partial.exists():
+            os.unlink(partial)

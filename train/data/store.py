@@ -240,6 +240,8 @@ def prepare_data(config: RunConfig, data_dir: str | Path, workers: int = 0, log=
     one (fine-tuning keeps the vocabulary of the model it starts from; `config.tokenizer` is then
     not used). Input problems (missing files, line counts that differ, bad UTF-8) are InputErrors.
     """
+    if workers < 0:  # prepare --workers
+        raise InputError(f"--workers must be 0 (one process per core for a large corpus) or more, got {workers}")
     data_dir = Path(data_dir)
     paths = resolve_paths(config.task, data_dir)
     remove_stale_builds(data_dir)

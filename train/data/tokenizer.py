@@ -125,7 +125,10 @@ class Tokenizer:
         self.model_path = Path(model_path)
         if not self.model_path.is_file():
             raise InputError(f"{self.model_path}: tokenizer model not found")
-        self.processor = spm.SentencePieceProcessor(model_file=str(self.model_path))
+        try:
+            self.processor = spm.SentencePieceProcessor(model_file=str(self.model_path))
+        except (RuntimeError, OSError) as err:  # sentencepiece: "could not parse ModelProto"
+            raise InputError(f"{self.model_path}: not a sentencepiece tokenizer model ({err})") from None
         self.model_hash = hashlib.sha256(self.model_path.read_bytes()).hexdigest()
         self.clamped_from: int | None = None  # requested vocab size, when train() had to lower it
         specials = (self.processor.pad_id(), self.processor.unk_id(),

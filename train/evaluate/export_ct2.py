@@ -24,6 +24,8 @@ Shapes: D = d_model, F = d_ff, V vocab, L = max_len.
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -106,7 +108,8 @@ def transformer_spec(model):
 
 
 def export(model, tokenizer, out: Path) -> Path:
-    """Write `model` and the tokenizer's vocabulary as a CTranslate2 model directory `out` (a new directory)."""
+    """Write `model` and the tokenizer's vocabulary as a CTranslate2 model directory `out` (a new directory,
+    made as OUT.tmp-<pid> and renamed once complete)."""
     ct2 = _ct2()
     out = Path(out)
     if out.exists():
@@ -122,7 +125,15 @@ def export(model, tokenizer, out: Path) -> Path:
         def _load(self):
             return spec
 
-    _Ours().convert(str(out))
+    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")  # renamed to `out` complete: a kill leaves no half model
+    if tmp.exists():
+        raise InputError(f"{tmp}: exists; nothing is overwritten: move it away")
+    try:
+        _Ours().convert(str(tmp))
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # ours: it did not exist a moment ago
+        raise
     return out
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import minitensor as mt
 from train.data.batching import make_batches, pad_batch
+from train.data.files import no_file
 from train.errors import InputError
 from train.threads import cpu_threads, current_threads
 from transformer import fast_search, search
@@ -67,12 +68,15 @@ def _searches(model):
 
 
 def _decode_batches(model, sources: Sequence[Sequence[int]], decode: Callable, max_tokens: int,
-                    on_batch: Callable[[int], None] | None) -> list:
-    """decode(src (B, S)) for every sentence, batched by length; results in input order."""
+                    on_batch: Callable[[int], None] | None, threaded: bool | None = None) -> list:
+    """decode(src (B, S)) for every sentence, batched by length; results in input order. `threaded`: a batch
+    per thread (default: where `decode` can be fast_search's; search.py's Tensor ops, Numba's parallel
+    kernels among them, must not run in several Python threads at once)."""
     eos, pad = model.config.eos_id, model.config.pad_id
     with_eos = [list(s) + [eos] for s in sources]
     lengths = [len(s) for s in with_eos]
-    workers = current_threads() if fast_search.supports(model) else 1    # search.py's Tensor ops: one thread
+    threaded = fast_search.supports(model) if threaded is None else threaded
+    workers = current_threads() if threaded else 1
     outputs: list = [None] * len(sources)
 
     def decode_batch(batch):
@@ -241,7 +245,7 @@ def read_source(path: Path) -> list[str]:
     """The lines of a file to translate (`.gz` is decompressed), each through decode_line."""
     path = Path(path)
     if not path.is_file():
-        raise InputError(f"{path}: file not found")
+        raise no_file(path)
     try:
         with (gzip.open if path.name.endswith(".gz") else open)(path, "rb") as f:
             return [decode_line(raw, str(path), number) for number, raw in enumerate(f, start=1)]

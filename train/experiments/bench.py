@@ -219,6 +219,9 @@ def run(preset: str = "cpu", backend: str = "cpu", precision: str = "fp32", step
         as_json: bool = False, host_only: bool = False) -> dict:
     spec = PRESETS[preset]
     backend = "cuda" if backend in ("cuda", "gpu", "cupy") else backend
+    for flag, value, least in (("--steps", steps, 1), ("--warmup", warmup, 0), ("--batch", batch or 0, 0)):
+        if value < least:  # --steps 0 timed nothing (and divided by it); --batch 0 is the preset's
+            raise InputError(f"{flag} must be {'at least 1' if least else '0 or more'}, got {value}")
     if precision not in PEERS:
         raise InputError(f"--precision must be one of {sorted(PEERS)}, got {precision!r}")
     if precision != "fp32" and backend != "cuda":

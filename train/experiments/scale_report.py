@@ -163,8 +163,8 @@ def command(args) -> int:
     for link in args.link:
         if link not in LINKS and not _is_positive_number(link):
             raise InputError(f"--link must be one of {', '.join(LINKS)} or a bus bandwidth in GB/s, got {link!r}")
-    if args.accum < 1 or args.bucket_mb < 0 or (args.step_ms is not None and args.step_ms <= 0):
-        raise InputError("--accum must be at least 1, --bucket-mb 0 or more and --step-ms positive")
+    if args.accum < 1 or args.steps < 1 or args.bucket_mb < 0 or (args.step_ms is not None and args.step_ms <= 0):
+        raise InputError("--accum and --steps must be at least 1, --bucket-mb 0 or more and --step-ms positive")
     if not 0 <= args.overlap <= 1:
         raise InputError(f"--overlap is a fraction of the all-reduce, between 0 and 1; got {args.overlap}")
     preset = args.preset or ("base" if args.backend in ("cuda", "cupy", "gpu") else "cpu")

@@ -235,12 +235,24 @@ def init_weights(ckpt: Path, state: TrainState) -> None:
     """Fine-tuning: `ckpt`'s weights in state.model (any model file of this tool: a checkpoint, best, an
     average); Adam, the schedule and the data order start afresh. The architecture must be the same."""
     tensors, metadata = load_checkpoint(ckpt, select=is_weight)
-    saved, mine = metadata.get("config", {}), state.model.config.to_dict()
+    _same_architecture(ckpt, metadata, state.model.config)
+    load_weights(ckpt, tensors, state.model)
+
+
+def check_init_from(ckpt: Path, model_config) -> None:
+    """`fit --init-from CKPT` for a new run, checked before its run directory is made: the file, the tokenizer
+    beside it and the architecture (`model_config`, the run's, at the tokenizer's vocabulary)."""
+    tokenizer = init_tokenizer(ckpt)
+    _, metadata = load_checkpoint(Path(ckpt), select=lambda name: False)  # the header only
+    _same_architecture(ckpt, metadata, model_config.replace(vocab_size=tokenizer.vocab_size))
+
+
+def _same_architecture(ckpt: Path, metadata: dict, model_config) -> None:
+    saved, mine = metadata.get("config", {}), model_config.to_dict()
     differ = [k for k in mine if k not in _NOT_ARCHITECTURE and saved.get(k) != mine[k]]
     if differ:
         shown = ", ".join(f"model.{k} {saved.get(k)!r} (checkpoint) vs {mine[k]!r} (config)" for k in differ[:3])
         raise InputError(f"{ckpt}: --init-from needs the checkpoint's architecture: {shown}")
-    load_weights(ckpt, tensors, state.model)
 
 
 def load_for_inference(ckpt: Path, tokenizer_path: Path | None = None, backend: str = "cpu"):
@@ -290,6 +302,10 @@ def average_last(run_dir: Path, last: int | None = None, out: Path | None = None
         raise InputError(f"{run_dir}: has {len(paths)} checkpoints, fewer than --last {last}")
     _refuse_changed(paths[-last:])
     out = Path(out) if out is not None else run_dir / f"averaged_last{last}.safetensors"
+    if out.suffix != ".safetensors":  # not over the run's config.json, metrics.jsonl, ... (--force or not)
+        raise InputError(f"{out}: --out must be a .safetensors file (averaged weights)")
+    if any(out.resolve() == p.resolve() for p in paths):
+        raise InputError(f"{out}: one of the run's checkpoints; choose another --out (an average never replaces one)")
     run = run_containing(out)  # in a run directory (this one or another, at any depth): a file of that run's
     if run is not None:
         run[0].refuse_if_foreign(run[1])

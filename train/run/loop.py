@@ -137,6 +137,8 @@ def fit(run_config: RunConfig, run_dir: str | Path, force: bool = False, reset_o
     main = comm.rank == 0                      # rank 0 alone owns the run directory
     if tensorboard and main:
         summary_writer_class()                 # a missing extra is said before anything is written
+    if init_from is not None and main and not run_checkpoints(run_dir):  # a new run's start, before it is made
+        checkpointing.check_init_from(init_from, run_config.model)
     adopt = check_run_dir(run_dir) if main else None
     with RunLock(run_dir) if main else contextlib.nullcontext() as lock:
         opened = start_run(run_config, open_run(run_dir, adopt), force) if main else None
@@ -162,9 +164,10 @@ def _start(run_config: RunConfig, run_dir: Path, backend: str, reset_optimizer: 
     verify_data = comm.rank != 0
     record = run_data.recorded(run_dir) if started or verify_data else None
     init_from = None if started else init_from
+    given = checkpointing.init_tokenizer(init_from) if init_from else run_data.given_tokenizer(run_dir, record)
     prepared = prepare(run_config, Path(data_dir) if data_dir else default_data_dir(run_dir), plan.batch_tokens,
                        check_files=run_data.check_same_data(run_dir, record), log=say, progress=progress,
-                       tokenizer=checkpointing.init_tokenizer(init_from) if init_from else None)
+                       tokenizer=given)
     if not verify_data:
         run_data.record_data(Manifest.load(run_dir), prepared.data, resuming=started)
     check_best_metric(run_config, prepared)

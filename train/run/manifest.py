@@ -95,6 +95,8 @@ class Manifest:
     def load(cls, run_dir: str | Path) -> "Manifest":
         """The run's manifest; an InputError when the folder has none."""
         manifest = cls.find(run_dir)
+        if manifest is None and not Path(run_dir).is_dir():
+            raise InputError(f"{run_dir}: no such directory")
         if manifest is None:
             raise InputError(f"{run_dir}: not a run directory of this tool (it has no {MANIFEST_FILE}; a run made "
                              f"before run manifests is adopted by `python -m train fit --resume {run_dir}`)")

@@ -15,6 +15,7 @@ from pathlib import Path
 from train import config as config_lib
 from train.config import RunConfig
 from train.data.store import SPLIT_FILES, PreparedData
+from train.data.tokenizer import Tokenizer
 from train.errors import InputError
 from train.run.manifest import MANIFEST_FILE, Manifest
 
@@ -76,6 +77,18 @@ def check_same_data(run_dir: Path, record: dict | None):
                              f"resume on the same data, use another --run-dir, or --force to start over")
     return check
 
+
+
+def given_tokenizer(run_dir: Path, record: dict | None) -> Tokenizer | None:
+    """A fine-tuning run's tokenizer when it resumes: its data was prepared with the one it was given
+    (`fit --init-from`), so it is prepared with that one again (the run's copy), not with one trained from
+    config.tokenizer (other data, which the run would refuse). None for a run that trained its own."""
+    try:
+        made = json.loads((Path(record["data"]) / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    own = Path(run_dir) / TOKENIZER_FILE
+    return Tokenizer(own) if "given" in made.get("tokenizer", {}) and own.is_file() else None
 
 def record_data(manifest: Manifest, data: PreparedData, resuming: bool) -> None:
     """Write prepared.json and the run's tokenizer copy (a resumed run's vocabulary is never replaced)."""

@@ -40,6 +40,14 @@ def summary_writer_class():
     return SummaryWriter
 
 
+
+def _event_folder(path: str | Path) -> Path:
+    """`path`, unless a file (the user's) lies there: an InputError, before anything is written or replaced."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise InputError(f"{path}: a file, where the event files' folder goes; nothing was changed; move it away")
+    return path
+
 class TensorBoardLog:
     """Metrics records written as TensorBoard scalars into one folder (one event file per session).
 
@@ -49,7 +57,7 @@ class TensorBoardLog:
     """
 
     def __init__(self, logdir: str | Path, purge_step: int | None = None, suffix: str = "", manifest=None):
-        logdir = Path(logdir)
+        logdir = _event_folder(logdir)
         before = set(logdir.glob("events.out.tfevents.*"))
         self.writer = summary_writer_class()(logdir=str(logdir), purge_step=purge_step, filename_suffix=suffix)
         self.manifest, self.files = manifest, sorted(set(logdir.glob("events.out.tfevents.*")) - before)
@@ -84,7 +92,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path | None = None) -> tuple[
     summary_writer_class()  # the extra is there before anything is replaced
     manifest = None
     if out_dir is None:
-        out, manifest = run_dir / EXPORT_DIR, Manifest.load(run_dir)
+        out, manifest = _event_folder(run_dir / EXPORT_DIR), Manifest.load(run_dir)
         for name in manifest.listed():  # ours, and made again from metrics.jsonl
             if name.startswith(EXPORT_DIR + "/"):
                 manifest.remove(name)

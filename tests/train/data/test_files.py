@@ -5,7 +5,7 @@ import gzip
 import pytest
 
 from train.data.files import (count_lines, iter_lines, multi30k_paths, newstest_paths, peak_rss_bytes, read_parallel,
-                        shared_data_dir, write_new)
+                        output_writer, shared_data_dir, write_new)
 from train.errors import InputError
 
 SRC = ["one red apple is on the table", "two books are in the box", "", "Grüße aus Köln",
@@ -150,3 +150,57 @@ def test_write_new_writes_a_new_file_whole_and_never_over_one(tmp_path, monkeypa
         write_new(tmp_path / "users.txt", b"ours")
     assert (tmp_path / "new.txt").read_bytes() == b"ours" and (tmp_path / "users.txt").read_bytes() == b"the user's"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["new.txt", "users.txt"]
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_output_writer_never_leaves_a_short_file_under_the_name(tmp_path, force):
+    """Lines go to a temporary beside the file as they come; the name gets them only once all are written, so
+    a run stopped half-way (an error, Ctrl-C, a kill) leaves no truncated file that looks complete, and with
+    --force the file that was there stays whole until the new one is."""
+    out = tmp_path / "out.txt"
+    if force:
+        out.write_text("the old translations\n")
+    with pytest.raises(RuntimeError):
+        with output_writer(out, force) as write:
+            write("line 1\n")
+            assert not out.exists() or out.read_text() == "the old translations\n"
+            raise RuntimeError("a failure half-way")
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["out.txt"] if force else [])
+    assert not force or out.read_text() == "the old translations\n"
+    with pytest.raises(KeyboardInterrupt), pytest.warns(UserWarning, match="not written .interrupted.; the lines"):
+        with output_writer(out, force) as write:
+            write("line 1\n")
+            raise KeyboardInterrupt  # stdin translated until Ctrl-C: the lines done stay, in the temporary
+    kept = [p for p in tmp_path.iterdir() if p.name != "out.txt"]
+    assert len(kept) == 1 and kept[0].read_text() == "line 1\n" and ".tmp-" in kept[0].name
+    kept[0].unlink()
+    assert not force or out.read_text() == "the old translations\n"
+    with output_writer(out, force) as write:
+        write("line 1\n")
+        partial = [p for p in tmp_path.iterdir() if p.name != "out.txt"]
+        assert len(partial) == 1 and partial[0].read_text() == "line 1\n"  # written as it comes, beside it
+        write("line 2\n")
+    assert out.read_text() == "line 1\nline 2\n" and [p.name for p in tmp_path.iterdir()] == ["out.txt"]
+
+
+def test_output_writer_keeps_a_file_that_appeared_meanwhile_and_the_lines(tmp_path):
+    out = tmp_path / "out.txt"
+    with pytest.raises(InputError, match="appeared while writing") as err:
+        with output_writer(out, False) as write:
+            write("ours\n")
+            out.write_text("the user's")
+    assert out.read_text() == "the user's"
+    kept = [p for p in tmp_path.iterdir() if p.name != "out.txt"]
+    assert len(kept) == 1 and kept[0].read_text() == "ours\n" and str(kept[0]) in str(err.value)
+
+
+def test_a_folder_where_a_file_belongs_is_named_as_a_folder(tmp_path):
+    """`--input DIR` said 'file not found'; `--output DIR --force` said 'exists; pass --force'."""
+    from train.evaluate.translate import read_source
+
+    for read in (lambda p: list(iter_lines(p)), count_lines, read_source):
+        with pytest.raises(InputError, match=r": a folder, not a file$"):
+            read(tmp_path)
+    with pytest.raises(InputError, match=r": a folder, not a file; choose a file to write"):
+        with output_writer(tmp_path, True):
+            pass

@@ -163,3 +163,11 @@ def test_the_tokenizer_phase_shows_its_progress_in_a_log(task, tmp_path):
     assert any(0 < p < 100 for p in percents) and percents[-1] == 100, lines
     assert percents == sorted(percents), "the bar never goes back"
     assert not any("trainer_interface" in line or "LOG(INFO)" in line for line in lines), "sentencepiece's own log"
+
+
+def test_a_file_that_is_no_tokenizer_is_one_line(tmp_path):
+    """`translate --tokenizer train.en` (a wrong file): sentencepiece's RuntimeError was a traceback."""
+    wrong = tmp_path / "train.en"
+    wrong.write_text("a sentence, not a model\n")
+    with pytest.raises(InputError, match=r"train.en: not a sentencepiece tokenizer model"):
+        Tokenizer(wrong)

@@ -1,4 +1,7 @@
 """`python -m train export --format ctranslate2`: CTranslate2 decodes an exported model exactly as we do."""
+
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -78,3 +81,22 @@ def test_export_refuses_heads_ctranslate2_cannot_hold(words_tokenizer, tmp_path)
     with pytest.raises(InputError, match="CTranslate2 needs d_k = d_v = d_model / h"):
         export(model, words_tokenizer, tmp_path / "x")
     assert not (tmp_path / "x").exists()
+
+
+def test_an_export_stopped_half_way_leaves_no_model_folder(words_tokenizer, tmp_path, monkeypatch):
+    """The model is written into OUT.tmp-<pid> and renamed to OUT when complete: a failure (or a kill) while
+    model.bin is written leaves no OUT that looks like a model, and the next export is not refused."""
+    model = Transformer(TransformerConfig.tiny(vocab_size=words_tokenizer.vocab_size, d_model=16, d_ff=32, h=2),
+                        np.random.default_rng(0))
+    save = ctranslate2.specs.TransformerSpec.save
+
+    def save_half(self, output_dir):
+        (Path(output_dir) / "model.bin").write_bytes(b"half")
+        raise KeyboardInterrupt
+    monkeypatch.setattr(ctranslate2.specs.TransformerSpec, "save", save_half)
+    with pytest.raises(KeyboardInterrupt):
+        export(model, words_tokenizer, tmp_path / "ct2")
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(ctranslate2.specs.TransformerSpec, "save", save)
+    assert (export(model, words_tokenizer, tmp_path / "ct2") / "model.bin").stat().st_size > 4
+    assert [p.name for p in tmp_path.iterdir()] == ["ct2"]

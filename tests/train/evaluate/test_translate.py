@@ -185,3 +185,17 @@ def test_threads_share_the_batches_and_change_no_output(run, monkeypatch):
     assert translate_lines(model, tokenizer, lines, beam=1) == alone[1]
     assert len(callers) > 1 and threading.get_ident() not in callers, "batches decoded on the pool's threads"
     assert sum(seen) == 40 and len(seen) >= 3, "a batch per thread at least, each counted once"
+
+
+def test_profile_search_runs_the_readable_search_beside_the_fast_one(run, tmp_path):
+    """benchmarks/profile_search.py (README, "Measured"): search.py's Tensor ops run Numba's parallel kernels,
+    which must not be entered from several Python threads at once (Numba's workqueue aborts the process);
+    translate's per-thread batches are for fast_search.py, so search.py decodes its batches in one thread."""
+    ckpt, model, tokenizer = run
+    source = tmp_path / "in.txt"
+    source.write_text("".join(f"w{i} w{i + 1} w{i + 2}\n" for i in range(60)), encoding="utf-8")
+    done = subprocess.run([sys.executable, "benchmarks/profile_search.py", "--ckpt", str(ckpt), "--src", str(source),
+                           "--n", "60", "--repeats", "1", "--threads", "2", "--max-len-b", "5"],
+                          capture_output=True, cwd=ROOT, env=ENV, timeout=300)
+    assert done.returncode == 0, (done.stdout + done.stderr).decode()[-2000:]
+    assert "outputs equal on 60/60" in done.stdout.decode()

@@ -36,3 +36,9 @@ def test_bench_refuses_mixed_precision_on_cpu():
 def test_bench_on_a_missing_backend_is_one_line():
     """`bench --backend cuda` without a GPU: one error line, as `fit` says it, not a traceback."""
     assert_one_line_error(run_cli("bench", "--backend", "cuda", "--no-peer"), "--backend cuda is not available here")
+
+
+@pytest.mark.parametrize("option", [["--steps", "0"], ["--steps", "-2"], ["--warmup", "-1"], ["--batch", "-4"]])
+def test_bench_refuses_counts_that_time_nothing(option):
+    """--steps 0 divided by zero (a traceback); a negative --warmup or --batch was taken silently."""
+    assert_one_line_error(run_cli("bench", "--no-peer", *option), f"{option[0]} must be")

@@ -4,6 +4,7 @@ import json
 import numpy as np
 import pytest
 
+from cli_helpers import assert_one_line_error, run_cli
 from train.__main__ import main
 from train.experiments import batch_work, scale_validation
 from train.experiments.scale import Link, allreduce_time, parameter_count, project, straggler
@@ -94,3 +95,8 @@ def test_scale_command_projects_a_given_step_and_prints_its_validation(capsys):
     assert main(["scale", "--link", "infiniband"]) == 2
     assert "--link must be one of nvlink3, nvlink4, pcie5" in capsys.readouterr().err
     assert main(["scale", "--overlap", "1.5"]) == 2
+
+
+def test_scale_refuses_zero_timed_steps():
+    """`scale --steps 0` measured no step and divided by zero (a traceback)."""
+    assert_one_line_error(run_cli("scale", "--steps", "0"), "--steps must be at least 1")

@@ -140,3 +140,15 @@ def test_parse_eval_never_overwrites_an_out_file_made_while_it_parses(tmp_path, 
     assert out.read_text() == "the user's"
     assert len(errors) == 1 and errors[0].startswith(f"error: {out}: made while parsing"), errors
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gold.mrg", "parsed.txt"]
+
+
+def test_parse_eval_on_a_translation_run_says_it_is_not_a_parsing_run(tmp_path):
+    """--gold RUN_DIR of a translation run (the demo's, say) names the run, not a missing test.gold file."""
+    import json
+
+    run = tmp_path / "demo"
+    run.mkdir()
+    (tmp_path / "test.de").write_text("eins\n")
+    (run / "prepared.json").write_text(json.dumps({"files": {"test_tgt": {"path": str(tmp_path / "test.de")}}}))
+    result = run_cli("parse-eval", "--ckpt", "none.safetensors", "--gold", str(run))
+    assert_one_line_error(result, f"{run}: not a ptb run directory")

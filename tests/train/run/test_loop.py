@@ -228,9 +228,25 @@ def test_average_reads_weights_only_and_defaults_to_the_runs_average_last(straig
     out, names = checkpointing.average_last(copy)  # train.average_last = 2 in this run's config.json
     assert out == copy / "averaged_last2.safetensors"
     assert names == ["ckpt_00000009.safetensors", "ckpt_00000012.safetensors"]
-    with pytest.raises(InputError, match="nothing: not a run directory of this tool"):
+    with pytest.raises(InputError, match="nothing: no such directory$"):  # a typo: no advice to resume it
         checkpointing.average_last(tmp_path / "nothing")
+    with pytest.raises(InputError, match="empty: not a run directory of this tool"):
+        (tmp_path / "empty").mkdir()
+        checkpointing.average_last(tmp_path / "empty")
 
+
+
+def test_average_with_force_never_replaces_the_runs_config_or_a_checkpoint(straight_run):
+    """`average RUN --out RUN/config.json --force` wrote weights over the run's config (it could not resume),
+    and `--out RUN/ckpt_N.safetensors --force` over a checkpoint: --out is a .safetensors file, not one of those."""
+    run_dir, _ = straight_run
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
+    for name, message in (("config.json", "--out must be a .safetensors file"),
+                          ("metrics.jsonl", "--out must be a .safetensors file"),
+                          ("ckpt_00000012.safetensors", "one of the run's checkpoints")):
+        with pytest.raises(InputError, match=message):
+            checkpointing.average_last(run_dir, 2, run_dir / name, force=True)
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
 
 def test_early_stopping_and_best_checkpoint_by_validation_bleu(tmp_path, monkeypatch, capsys):
     import train.run.validation as validation_module
