@@ -78,7 +78,6 @@ def check_same_data(run_dir: Path, record: dict | None):
     return check
 
 
-
 def given_tokenizer(run_dir: Path, record: dict | None) -> Tokenizer | None:
     """A fine-tuning run's tokenizer when it resumes: its data was prepared with the one it was given
     (`fit --init-from`), so it is prepared with that one again (the run's copy), not with one trained from
@@ -89,6 +88,7 @@ def given_tokenizer(run_dir: Path, record: dict | None) -> Tokenizer | None:
         return None
     own = Path(run_dir) / TOKENIZER_FILE
     return Tokenizer(own) if "given" in made.get("tokenizer", {}) and own.is_file() else None
+
 
 def record_data(manifest: Manifest, data: PreparedData, resuming: bool) -> None:
     """Write prepared.json and the run's tokenizer copy (a resumed run's vocabulary is never replaced)."""
