@@ -40,13 +40,13 @@ def summary_writer_class():
     return SummaryWriter
 
 
-
 def _event_folder(path: str | Path) -> Path:
     """`path`, unless a file (the user's) lies there: an InputError, before anything is written or replaced."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise InputError(f"{path}: a file, where the event files' folder goes; nothing was changed; move it away")
     return path
+
 
 class TensorBoardLog:
     """Metrics records written as TensorBoard scalars into one folder (one event file per session).
