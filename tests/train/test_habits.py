@@ -102,7 +102,6 @@ def test_init_from_starts_a_new_run_from_the_weights_and_tokenizer(tmp_path):
     assert not (tmp_path / "other").exists()
 
 
-
 def test_a_fine_tuning_run_resumes_with_its_given_tokenizer(tmp_path):
     """Ctrl-C in a fine-tuning run, then --resume (or the same call): its data is prepared again with the
     tokenizer it was given, not one trained from config.tokenizer (which the run then refused as changed data)."""
@@ -116,6 +115,7 @@ def test_a_fine_tuning_run_resumes_with_its_given_tokenizer(tmp_path):
     assert (tuned_dir / "tokenizer.model").read_bytes() == (tmp_path / "base" / "tokenizer.model").read_bytes()
     out = ok(run_cli("fit", "--resume", str(tuned_dir), "--no-progress", "--set", "train.max_steps=6"))
     assert "restored ckpt_00000004.safetensors" in out and "done: step 6" in out
+
 
 def test_score_a_file_of_translations(tmp_path):
     hyp, ref = tmp_path / "hyp.de", tmp_path / "ref.de"

@@ -66,6 +66,7 @@ from train.threads import cpu_threads
 from transformer.loss import LabelSmoothingLoss
 from transformer.model import Transformer
 
+
 @dataclass
 class FitResult:
     run_dir: Path

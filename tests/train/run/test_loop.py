@@ -235,7 +235,6 @@ def test_average_reads_weights_only_and_defaults_to_the_runs_average_last(straig
         checkpointing.average_last(tmp_path / "empty")
 
 
-
 def test_average_with_force_never_replaces_the_runs_config_or_a_checkpoint(straight_run):
     """`average RUN --out RUN/config.json --force` wrote weights over the run's config (it could not resume),
     and `--out RUN/ckpt_N.safetensors --force` over a checkpoint: --out is a .safetensors file, not one of those."""
@@ -247,6 +246,7 @@ def test_average_with_force_never_replaces_the_runs_config_or_a_checkpoint(strai
         with pytest.raises(InputError, match=message):
             checkpointing.average_last(run_dir, 2, run_dir / name, force=True)
     assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
+
 
 def test_early_stopping_and_best_checkpoint_by_validation_bleu(tmp_path, monkeypatch, capsys):
     import train.run.validation as validation_module

@@ -104,7 +104,6 @@ def test_export_needs_a_run(tmp_path):
         export_run(tmp_path)
 
 
-
 def test_a_file_where_the_event_folder_goes_is_one_line_and_kept(tmp_path):
     """A user's file named tensorboard-export (or tensorboard) in the run: a one-line error, the file kept
     (it was a NotADirectoryError traceback from tensorboardX)."""
@@ -118,6 +117,7 @@ def test_a_file_where_the_event_folder_goes_is_one_line_and_kept(tmp_path):
     with pytest.raises(InputError, match=r"tensorboard-export: a file, where the event files' folder goes"):
         TensorBoardLog(tmp_path / "tensorboard-export")
     assert (tmp_path / "tensorboard-export").read_text() == "mine"
+
 
 def test_a_missing_extra_is_one_line_before_anything_is_written(tmp_path, monkeypatch):
     import builtins
