@@ -52,7 +52,7 @@ def _decode(model, sources, which, beam, max_len_b):
         if beam == 1:
             return which.greedy_decode(model, src, max_len_b=max_len_b)
         return which.beam_search(model, src, beam=beam, max_len_b=max_len_b)
-    return _decode_batches(model, sources, decode, 4096, None, threaded=which is fast_search)
+    return _decode_batches(model, sources, decode, 4096, None, which)
 
 
 def main() -> None:

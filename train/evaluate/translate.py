@@ -68,15 +68,14 @@ def _searches(model):
 
 
 def _decode_batches(model, sources: Sequence[Sequence[int]], decode: Callable, max_tokens: int,
-                    on_batch: Callable[[int], None] | None, threaded: bool | None = None) -> list:
-    """decode(src (B, S)) for every sentence, batched by length; results in input order. `threaded`: a batch
-    per thread (default: where `decode` can be fast_search's; search.py's Tensor ops, Numba's parallel
-    kernels among them, must not run in several Python threads at once)."""
+                    on_batch: Callable[[int], None] | None, searches) -> list:
+    """decode(src (B, S)) for every sentence, batched by length; results in input order. `searches`: the
+    module `decode` searches with; fast_search's decode a batch per thread, search.py's in this thread (its
+    Tensor ops, Numba's parallel kernels among them, must not run in several Python threads at once)."""
     eos, pad = model.config.eos_id, model.config.pad_id
     with_eos = [list(s) + [eos] for s in sources]
     lengths = [len(s) for s in with_eos]
-    threaded = fast_search.supports(model) if threaded is None else threaded
-    workers = current_threads() if threaded else 1
+    workers = current_threads() if searches is fast_search else 1
     outputs: list = [None] * len(sources)
 
     def decode_batch(batch):
@@ -126,7 +125,7 @@ def translate_ids(model, sources: Sequence[Sequence[int]], beam: int = 4, alpha:
         if beam > 1:
             return searches.beam_search(model, src, beam=beam, alpha=alpha, max_len_b=max_len_b, early_stop=early_stop)
         return searches.greedy_decode(model, src, max_len_b=max_len_b)
-    return [[int(t) for t in hyp] for hyp in _decode_batches(model, sources, decode, max_tokens, on_batch)]
+    return [[int(t) for t in hyp] for hyp in _decode_batches(model, sources, decode, max_tokens, on_batch, searches)]
 
 
 def translate_ids_nbest(model, sources: Sequence[Sequence[int]], nbest: int, beam: int = 4, alpha: float = 0.6,
@@ -138,7 +137,7 @@ def translate_ids_nbest(model, sources: Sequence[Sequence[int]], nbest: int, bea
     def decode(src):
         return searches.beam_search_nbest(model, src, beam=beam, alpha=alpha, max_len_b=max_len_b, nbest=nbest,
                                           early_stop=early_stop)
-    return _decode_batches(model, sources, decode, max_tokens, on_batch)
+    return _decode_batches(model, sources, decode, max_tokens, on_batch, searches)
 
 
 def _encode_lines(tokenizer, lines: Sequence[str], limit: int, where: str, first_line: int) -> tuple[list, list]:
