@@ -218,6 +218,11 @@ _NOT_ARCHITECTURE = ("p_drop", "attention_dropout", "eps_ls", "impl")
 
 def init_tokenizer(ckpt: Path) -> Tokenizer:
     """`fit --init-from CKPT`: the tokenizer the checkpoint was trained with (tokenizer.model beside it)."""
+    return _init_source(ckpt)[0]
+
+
+def _init_source(ckpt: Path) -> tuple[Tokenizer, dict]:
+    """(init_tokenizer's tokenizer, the checkpoint's metadata), the header read once."""
     ckpt = Path(ckpt)
     if not ckpt.is_file():
         raise InputError(f"{ckpt}: checkpoint not found (--init-from)")
@@ -228,7 +233,7 @@ def init_tokenizer(ckpt: Path) -> Tokenizer:
     tokenizer = Tokenizer(path)
     _, metadata = load_checkpoint(ckpt, select=lambda name: False)  # the header (verified) only
     _check_tokenizer(ckpt, metadata, tokenizer)
-    return tokenizer
+    return tokenizer, metadata
 
 
 def init_weights(ckpt: Path, state: TrainState) -> None:
@@ -242,8 +247,7 @@ def init_weights(ckpt: Path, state: TrainState) -> None:
 def check_init_from(ckpt: Path, model_config) -> None:
     """`fit --init-from CKPT` for a new run, checked before its run directory is made: the file, the tokenizer
     beside it and the architecture (`model_config`, the run's, at the tokenizer's vocabulary)."""
-    tokenizer = init_tokenizer(ckpt)
-    _, metadata = load_checkpoint(Path(ckpt), select=lambda name: False)  # the header only
+    tokenizer, metadata = _init_source(ckpt)
     _same_architecture(ckpt, metadata, model_config.replace(vocab_size=tokenizer.vocab_size))
 
 
