@@ -304,7 +304,6 @@ def average_last(run_dir: Path, last: int | None = None, out: Path | None = None
     paths = run_checkpoints(run_dir)
     if len(paths) < last:
         raise InputError(f"{run_dir}: has {len(paths)} checkpoints, fewer than --last {last}")
-    _refuse_changed(paths[-last:])
     out = Path(out) if out is not None else run_dir / f"averaged_last{last}.safetensors"
     if out.suffix != ".safetensors":  # not over the run's config.json, metrics.jsonl, ... (--force or not)
         raise InputError(f"{out}: --out must be a .safetensors file (averaged weights)")
@@ -315,6 +314,7 @@ def average_last(run_dir: Path, last: int | None = None, out: Path | None = None
         run[0].refuse_if_foreign(run[1])
     if out.exists() and not force:
         raise InputError(f"{out}: exists; pass --force to overwrite or choose another --out")
+    _refuse_changed(paths[-last:])  # hashes every checkpoint: after the quick checks of --out
     tensors, metadata = average_checkpoints(paths[-last:])
     weights = {k: v for k, v in tensors.items() if not k.startswith(OPTIMIZER_PREFIX)}
     metadata = {k: v for k, v in metadata.items() if k not in ("progress", "rng_state", "loss_scaler", "update")}
