@@ -192,15 +192,21 @@ def write_new(path: str | Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            raise
-        except OSError:  # no hard links here (FAT, some network file systems)
-            with open(path, "xb") as f:
-                f.write(data)
+        _link_new(tmp, path)
     finally:
         os.unlink(tmp)
+
+
+def _link_new(tmp: str | Path, path: Path) -> None:
+    """Give the complete file `tmp` the name `path` too, where no file is: FileExistsError where one is, however
+    late it appeared (a hard link; where the file system has none, FAT or some network ones, an exclusive create)."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise
+    except OSError:
+        with open(tmp, "rb") as src, open(path, "xb") as dst:
+            dst.write(src.read())
 
 
 @contextlib.contextmanager
@@ -242,14 +248,11 @@ def output_writer(path: Path | None, force: bool):
             os.replace(partial, target)
         else:
             try:
-                os.link(partial, target)  # fails where a file appeared meanwhile: never over one
+                _link_new(partial, target)  # fails where a file appeared meanwhile: never over one
             except FileExistsError:
                 keep = True
                 raise InputError(f"{path}: appeared while writing it; nothing was overwritten, the output is in "
                                  f"{partial}") from None
-            except OSError:  # no hard links here: an exclusive create
-                with open(partial, "rb") as src, open(target, "xb") as dst:
-                    dst.write(src.read())
     finally:
         if not keep and partial.exists():
             os.unlink(partial)

@@ -218,6 +218,11 @@ _NOT_ARCHITECTURE = ("p_drop", "attention_dropout", "eps_ls", "impl")
 
 def init_tokenizer(ckpt: Path) -> Tokenizer:
     """`fit --init-from CKPT`: the tokenizer the checkpoint was trained with (tokenizer.model beside it)."""
+    return _init_source(ckpt)[0]
+
+
+def _init_source(ckpt: Path) -> tuple[Tokenizer, dict]:
+    """(init_tokenizer's tokenizer, the checkpoint's metadata), the header read once."""
     ckpt = Path(ckpt)
     if not ckpt.is_file():
         raise InputError(f"{ckpt}: checkpoint not found (--init-from)")
@@ -228,7 +233,7 @@ def init_tokenizer(ckpt: Path) -> Tokenizer:
     tokenizer = Tokenizer(path)
     _, metadata = load_checkpoint(ckpt, select=lambda name: False)  # the header (verified) only
     _check_tokenizer(ckpt, metadata, tokenizer)
-    return tokenizer
+    return tokenizer, metadata
 
 
 def init_weights(ckpt: Path, state: TrainState) -> None:
@@ -242,8 +247,7 @@ def init_weights(ckpt: Path, state: TrainState) -> None:
 def check_init_from(ckpt: Path, model_config) -> None:
     """`fit --init-from CKPT` for a new run, checked before its run directory is made: the file, the tokenizer
     beside it and the architecture (`model_config`, the run's, at the tokenizer's vocabulary)."""
-    tokenizer = init_tokenizer(ckpt)
-    _, metadata = load_checkpoint(Path(ckpt), select=lambda name: False)  # the header only
+    tokenizer, metadata = _init_source(ckpt)
     _same_architecture(ckpt, metadata, model_config.replace(vocab_size=tokenizer.vocab_size))
 
 
@@ -300,7 +304,6 @@ def average_last(run_dir: Path, last: int | None = None, out: Path | None = None
     paths = run_checkpoints(run_dir)
     if len(paths) < last:
         raise InputError(f"{run_dir}: has {len(paths)} checkpoints, fewer than --last {last}")
-    _refuse_changed(paths[-last:])
     out = Path(out) if out is not None else run_dir / f"averaged_last{last}.safetensors"
     if out.suffix != ".safetensors":  # not over the run's config.json, metrics.jsonl, ... (--force or not)
         raise InputError(f"{out}: --out must be a .safetensors file (averaged weights)")
@@ -311,6 +314,7 @@ def average_last(run_dir: Path, last: int | None = None, out: Path | None = None
         run[0].refuse_if_foreign(run[1])
     if out.exists() and not force:
         raise InputError(f"{out}: exists; pass --force to overwrite or choose another --out")
+    _refuse_changed(paths[-last:])  # hashes every checkpoint: after the quick checks of --out
     tensors, metadata = average_checkpoints(paths[-last:])
     weights = {k: v for k, v in tensors.items() if not k.startswith(OPTIMIZER_PREFIX)}
     metadata = {k: v for k, v in metadata.items() if k not in ("progress", "rng_state", "loss_scaler", "update")}
