@@ -40,7 +40,7 @@ from transformer.checkpoint import CheckpointError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEMO_CONFIG = REPO_ROOT / "configs" / "demo.toml"
-BACKENDS = ("numpy", "numba", "cupy", "cpu", "cuda")  # minitensor's (cpu = numba, cuda = cupy)
+BACKENDS = ("numpy", "numba", "cupy", "cpu", "cuda", "gpu")  # minitensor's (cpu = numba, cuda = gpu = cupy)
 
 
 def _add_debug(parser: argparse.ArgumentParser, default=argparse.SUPPRESS) -> None:

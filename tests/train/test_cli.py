@@ -195,3 +195,13 @@ def test_an_unknown_backend_is_refused_by_the_parser(command):
     result = run_cli(*command, "--backend", "foo")
     stderr = result.stderr.decode()
     assert result.returncode == 2 and "invalid choice: 'foo'" in stderr and "Traceback" not in stderr, stderr
+
+
+def test_the_parser_takes_every_backend_name_minitensor_takes():
+    """The parser's --backend choices are minitensor's names and aliases (`gpu` too), nothing it would refuse."""
+    from minitensor.backends import _ALIASES, _MODULES
+    from train.__main__ import BACKENDS
+
+    assert set(_MODULES) | set(_ALIASES) <= set(BACKENDS)
+    args = build_parser().parse_args(["bench", "--backend", "gpu"])
+    assert args.backend == "gpu"
