@@ -311,6 +311,11 @@ def average_last(run_dir: Path, last: int | None = None, out: Path | None = None
         raise InputError(f"{out}: one of the run's checkpoints; choose another --out (an average never replaces one)")
     run = run_containing(out)  # in a run directory (this one or another, at any depth): a file of that run's
     if run is not None:
+        from train.run.run_dir import fit_writes  # (run_dir imports this module)
+
+        if fit_writes(run[1]):  # best.safetensors, an optimizer file, a new ckpt_* name: the run's, --force or not
+            raise InputError(f"{out}: a file `fit` writes in its run directory; an average never takes its place: "
+                             f"choose another --out")
         run[0].refuse_if_foreign(run[1])
     if out.exists() and not force:
         raise InputError(f"{out}: exists; pass --force to overwrite or choose another --out")

@@ -54,6 +54,12 @@ _OURS = re.compile(_FIT_NAMES + r"|test\.hyp|averaged_last\d+\.safetensors"
 _OUR_FOLDERS = ("plots", "tensorboard", "tensorboard-export")
 
 
+def fit_writes(name: str) -> bool:
+    """True for a name (relative to a run directory, '/'-separated) that `fit` writes there: config.json,
+    metrics.jsonl, the checkpoints and their optimizer files, best.safetensors, ..."""
+    return bool(_FIT_WRITES.fullmatch(name))
+
+
 def _entries(run_dir: Path):
     """Relative paths of the run directory's files, looking into our own sub-folders only."""
     for entry in sorted(run_dir.iterdir()):

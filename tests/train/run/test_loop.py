@@ -237,12 +237,16 @@ def test_average_reads_weights_only_and_defaults_to_the_runs_average_last(straig
 
 def test_average_with_force_never_replaces_the_runs_config_or_a_checkpoint(straight_run):
     """`average RUN --out RUN/config.json --force` wrote weights over the run's config (it could not resume),
-    and `--out RUN/ckpt_N.safetensors --force` over a checkpoint: --out is a .safetensors file, not one of those."""
+    and `--out RUN/ckpt_N.safetensors --force` over a checkpoint: --out is a .safetensors file, not one of those
+    nor any other file `fit` writes there (best, an optimizer file, a name a later checkpoint would take)."""
     run_dir, _ = straight_run
     before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
     for name, message in (("config.json", "--out must be a .safetensors file"),
                           ("metrics.jsonl", "--out must be a .safetensors file"),
-                          ("ckpt_00000012.safetensors", "one of the run's checkpoints")):
+                          ("ckpt_00000012.safetensors", "one of the run's checkpoints"),
+                          ("best.safetensors", "a file `fit` writes"),
+                          ("ckpt_00000012.optimizer.safetensors", "a file `fit` writes"),
+                          ("ckpt_00000099.safetensors", "a file `fit` writes")):
         with pytest.raises(InputError, match=message):
             checkpointing.average_last(run_dir, 2, run_dir / name, force=True)
     assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
