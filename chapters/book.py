@@ -100,12 +100,12 @@ class SourceLinks:
         return f"src/{relative}.html"
 
     def _symbol_line(self, relative: str, symbol: str) -> str:
-        """'#L12' for the line that defines the last part of symbol (class, def or assignment), else ''."""
+        """'#L-12' for the line that defines the last part of symbol (class, def or assignment), else ''."""
         name = re.escape(symbol.split(".")[-1])
         pattern = re.compile(rf"^\s*(?:class|def)\s+{name}\b|^\s*{name}\s*[:=]")
         for number, line in enumerate(self.files[relative].read_text(encoding="utf-8").splitlines(), start=1):
             if pattern.search(line):
-                return f"#L{number}"
+                return f"#L-{number}"                            # pygments' line anchors
         return ""
 
     def for_code(self, text: str) -> str | None:
@@ -213,6 +213,12 @@ def highlighted(path: Path, line_numbers: bool) -> str:
     return highlight(path.read_text(encoding="utf-8"), lexer, formatter)
 
 
+def pygments_css() -> str:
+    from pygments.formatters import HtmlFormatter
+
+    return HtmlFormatter(style="default").get_style_defs(".highlight")
+
+
 class Book:
     """The pages of one build, in reading order, and how to render each into the staging folder."""
 
@@ -261,7 +267,7 @@ class Book:
         self.render(notebook, href, base, title=title)
 
     def source_pages(self) -> None:
-        """A highlighted page, with line anchors (#L12), for every repository file a page links to."""
+        """A highlighted page, with line anchors (#L-12), for every repository file a page links to."""
         for relative in sorted(self.links.linked):
             path = self.links.files[relative]
             body = (f'<h1><code>{html.escape(relative)}</code></h1><div class="book-source">'
@@ -358,14 +364,9 @@ def build(out: Path, fast: bool, only: str | None) -> Path:
     try:
         executed = {}
         for i, chapter in enumerate(selected, start=1):
-            print(f"[{i}/{len(selected)}] {chapter.name} ...", end=" ", flush=True)
             start = time.perf_counter()
-            try:
-                executed[chapter] = execute(chapter, fast)
-            except BuildError:
-                print("FAILED", flush=True)
-                raise
-            print(f"ok, {time.perf_counter() - start:.1f} s", flush=True)
+            executed[chapter] = execute(chapter, fast)
+            print(f"[{i}/{len(selected)}] {chapter.name}: ok, {time.perf_counter() - start:.1f} s", flush=True)
         book = Book(chapters, selected, fast, staging)
         note = build_note(fast)
         for chapter, notebook in executed.items():
@@ -392,6 +393,7 @@ def build(out: Path, fast: bool, only: str | None) -> Path:
         book.source_pages()
         (staging / "static").mkdir(exist_ok=True)
         shutil.copy2(TEMPLATE_DIR / "book.css", staging / "static" / "book.css")
+        (staging / "static" / "pygments.css").write_text(pygments_css(), encoding="utf-8")
         (staging / MARKER).write_text("built by python chapters/book.py; replaced on the next build\n")
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
