@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import html
-import json
 import os
 import re
 import shutil
@@ -252,13 +251,32 @@ class Book:
         notebook = nbformat.from_dict(notebook)
         if "title" in book:
             notebook.metadata["title"] = book["title"]
-        page, resources = self.exporter.from_notebook_node(notebook, resources=resources)
+        try:
+            page, resources = self.exporter.from_notebook_node(notebook, resources=resources)
+        except ValueError as error:                               # an equation latex2mathml cannot typeset
+            raise BuildError(f"{href}: {error}") from None
         target = self.staging / href
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(page, encoding="utf-8")
         for name, data in resources.get("outputs", {}).items():
             (target.parent / name).parent.mkdir(parents=True, exist_ok=True)
             (target.parent / name).write_bytes(data)
+
+    def chapter_page(self, chapter: Path, notebook, note: str) -> None:
+        """The chapter's page (solutions folded under its exercises) and its executed notebook, to download."""
+        import nbformat
+
+        mark_exercises(notebook)
+        solutions = CHAPTERS_DIR / "solutions" / chapter.name
+        extra = {"solutions": highlighted(solutions, line_numbers=False),
+                 "solutions_path": f"chapters/solutions/{chapter.name}",
+                 "solutions_href": self.links.page(f"chapters/solutions/{chapter.name}")} if solutions.is_file() else {}
+        downloads = (f' Download: <a href="notebooks/{chapter.stem}.ipynb">the executed notebook</a>, '
+                     f'<a href="{self.links.page(f"chapters/{chapter.name}")}">the script</a>.')
+        self.render(notebook, f"{chapter.stem}.html", CHAPTERS_DIR, title=chapter_title(chapter), note=note + downloads,
+                    **extra)
+        (self.staging / "notebooks").mkdir(exist_ok=True)
+        nbformat.write(notebook, self.staging / "notebooks" / f"{chapter.stem}.ipynb")
 
     def markdown_page(self, text: str, href: str, title: str, base: Path) -> None:
         import nbformat
@@ -370,22 +388,7 @@ def build(out: Path, fast: bool, only: str | None) -> Path:
         book = Book(chapters, selected, fast, staging)
         note = build_note(fast)
         for chapter, notebook in executed.items():
-            mark_exercises(notebook)
-            solutions = CHAPTERS_DIR / "solutions" / chapter.name
-            extra = {"solutions": highlighted(solutions, line_numbers=False),
-                     "solutions_path": f"chapters/solutions/{chapter.name}",
-                     "solutions_href": book.links.page(f"chapters/solutions/{chapter.name}")} \
-                if solutions.is_file() else {}
-            try:
-                book.render(notebook, f"{chapter.stem}.html", CHAPTERS_DIR, title=chapter_title(chapter),
-                            note=note + " Download: " + f'<a href="notebooks/{chapter.stem}.ipynb">the executed '
-                                 "notebook</a>, " + f'<a href="{book.links.page("chapters/" + chapter.name)}">'
-                                 "the script</a>.", **extra)
-            except ValueError as error:
-                raise BuildError(f"{chapter.name}: {error}") from None
-            (staging / "notebooks").mkdir(exist_ok=True)
-            (staging / "notebooks" / f"{chapter.stem}.ipynb").write_text(json.dumps(notebook, indent=1),
-                                                                         encoding="utf-8")
+            book.chapter_page(chapter, notebook, note)
         start_text = f"{note}\n\n" + (CHAPTERS_DIR / "README.md").read_text(encoding="utf-8")
         book.markdown_page(start_text, "index.html", "The chapters", CHAPTERS_DIR)
         book.markdown_page((ROOT / "REPRODUCTION_NOTES.md").read_text(encoding="utf-8"), "reproduction_notes.html",
