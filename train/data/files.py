@@ -15,6 +15,8 @@ name appears only once it is complete); `write_new` writes a new file whole, nev
 
 import contextlib
 import gzip
+import hashlib
+import io
 import os
 import resource
 import sys
@@ -33,23 +35,43 @@ def no_file(path: Path) -> InputError:
     return InputError(f"{path}: {'a folder, not a file' if path.is_dir() else 'file not found'}")
 
 
-def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+class _Hashing(io.RawIOBase):
+    """A file read through this adds every byte to `digest` (the bytes on disk: compressed ones for `.gz`)."""
+
+    def __init__(self, f, digest):
+        self.f, self.digest = f, digest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        n = self.f.readinto(buffer)
+        self.digest.update(memoryview(buffer)[:n])
+        return n
+
+
+def iter_lines(path: str | Path, digest=None) -> Iterator[tuple[int, str]]:
     """Yield (line_number, stripped_text), line numbers from 1; `.gz` is decompressed.
 
-    Bytes are decoded line by line, so a bad byte is reported with its line.
+    Bytes are decoded line by line, so a bad byte is reported with its line. With `digest` (a hashlib
+    object), every byte of the file read goes into it too, so what was read can be checked against
+    a hash taken before (train/data/store.py: the text encoded is the text the key names).
     """
     path = Path(path)
     if not path.is_file():
         raise no_file(path)
-    opener = gzip.open if path.name.endswith(".gz") else open
     try:
-        with opener(path, "rb") as f:
-            for number, raw in enumerate(f, start=1):
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    raise InputError(f"{path}:{number}: not valid UTF-8") from None
-                yield number, text.strip()
+        with open(path, "rb") as raw:
+            f = raw if digest is None else io.BufferedReader(_Hashing(raw, digest), 1 << 20)
+            with gzip.GzipFile(fileobj=f) if path.name.endswith(".gz") else contextlib.nullcontext(f) as lines:
+                for number, data in enumerate(lines, start=1):
+                    try:
+                        text = data.decode("utf-8")
+                    except UnicodeDecodeError:
+                        raise InputError(f"{path}:{number}: not valid UTF-8") from None
+                    yield number, text.strip()
+            while digest is not None and f.read(1 << 20):  # bytes past the last gzip member: hashed too
+                pass
     except (gzip.BadGzipFile, EOFError) as err:
         raise InputError(f"{path}: not a readable gzip file ({err})") from None
 
@@ -71,10 +93,11 @@ def count_lines(path: str | Path, block: int = 1 << 24) -> int:
     return n + (last != b"\n")
 
 
-def iter_parallel(src_path: str | Path, tgt_path: str | Path) -> Iterator[tuple[int, str, str]]:
-    """Yield (line_number, source, target) for two files that must have equal line counts."""
+def iter_parallel(src_path: str | Path, tgt_path: str | Path, digests=(None, None)) -> Iterator[tuple[int, str, str]]:
+    """Yield (line_number, source, target) for two files that must have equal line counts
+    (`digests`: each file's bytes go into its hashlib object, as in iter_lines)."""
     n_src = n_tgt = 0
-    for src, tgt in zip_longest(iter_lines(src_path), iter_lines(tgt_path)):
+    for src, tgt in zip_longest(iter_lines(src_path, digests[0]), iter_lines(tgt_path, digests[1])):
         n_src += src is not None
         n_tgt += tgt is not None
         if src is not None and tgt is not None:
@@ -167,6 +190,19 @@ def peak_rss_bytes() -> int:
     """Peak resident memory of this process so far, in bytes."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
+
+
+def sha256_of(path: Path, size: int | None = None, block: int = 1 << 24) -> str:
+    """sha256 of a file's bytes (of its first `size` bytes when given), read in blocks."""
+    digest, left = hashlib.sha256(), size
+    with open(path, "rb") as f:
+        while left is None or left > 0:
+            data = f.read(block if left is None else min(block, left))
+            if not data:
+                break
+            digest.update(data)
+            left = None if left is None else left - len(data)
+    return digest.hexdigest()
 
 
 def write_atomic(path: str | Path, data: bytes) -> None:

@@ -22,32 +22,18 @@ whatever is there now is ours and complete.
 
 import contextlib
 import datetime
-import hashlib
 import json
 import os
 import socket
 import uuid
 from pathlib import Path
 
-from train.data.files import write_atomic
+from train.data.files import sha256_of, write_atomic
 from train.data.store import pid_alive
 from train.errors import InputError
 
 MANIFEST_FILE = "manifest.jsonl"
 FORMAT = 1
-
-
-def sha256_of(path: Path, size: int | None = None, block: int = 1 << 24) -> str:
-    """sha256 of a file's bytes (of its first `size` bytes when given), read in blocks."""
-    digest, left = hashlib.sha256(), size
-    with open(path, "rb") as f:
-        while left is None or left > 0:
-            data = f.read(block if left is None else min(block, left))
-            if not data:
-                break
-            digest.update(data)
-            left = None if left is None else left - len(data)
-    return digest.hexdigest()
 
 
 def _line(entry: dict) -> bytes:
