@@ -58,7 +58,10 @@ def default_data_dir(run_dir: Path) -> Path:
 def read_split(paths: tuple[Path, Path], tokenizer: Tokenizer, limit: int, log=print) -> Split:
     """All pairs of a dev/test split; ids longer than the model's positions are cut to `limit`
     (the text, which BLEU scores, is kept whole), and the cut is reported."""
-    pairs, _ = read_parallel(*paths)
+    pairs, stats = read_parallel(*paths)
+    if not pairs:  # nothing to validate or test on: said before anyone trains
+        raise InputError(f"{paths[0]}: none of its {stats.n_lines} lines pairs with text on both sides (with "
+                         f"{paths[1]}); a dev or test set needs at least one sentence pair")
     src_text, tgt_text = [p[0] for p in pairs], [p[1] for p in pairs]
     src_ids, tgt_ids = tokenizer.encode_batch(src_text), tokenizer.encode_batch(tgt_text)
     cut = sum(len(s) > limit or len(t) > limit for s, t in zip(src_ids, tgt_ids))

@@ -93,3 +93,36 @@ def test_reuse_checks_every_file_of_the_store(tmp_path, corpus):
         warnings.simplefilter("error")
         again = prepare_data(files_config(corpus), tmp_path / "prepared", log=lambda m: None)
     assert again.reused
+
+
+def test_a_dev_set_of_empty_lines_is_refused_at_prepare(tmp_path, corpus):
+    from tests.cli_helpers import assert_one_line_error, run_cli
+    from tests.train.data.test_prepare import ROOT, TINY
+
+    empty_src, empty_tgt = write(tmp_path / "dev.en", ["", "", ""]), write(tmp_path / "dev.de", ["", " ", ""])
+    (src, tgt) = corpus["train"]
+    sets = ["task.kind=files", f"task.train_src={src}", f"task.train_tgt={tgt}", f"task.valid_src={empty_src}",
+            f"task.valid_tgt={empty_tgt}", *TINY]
+    done = run_cli("prepare", "--config", str(ROOT / "configs" / "demo.toml"), "--data-dir", str(tmp_path / "data"),
+                   "--no-progress", *[arg for item in sets for arg in ("--set", item)])
+    assert_one_line_error(done, str(empty_src), "a dev or test set needs at least one sentence pair")
+
+
+def kill_self(*args):
+    """Stands for an encoding worker the OOM killer ends."""
+    import os
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_killed_encoding_worker_is_a_one_line_error(tmp_path, corpus, monkeypatch):
+    import train.data.corpus as corpus_module
+    from train.data.tokenizer import Tokenizer
+
+    made = quiet(prepare_data, files_config(corpus), tmp_path / "prepared", log=lambda m: None)
+    monkeypatch.setattr(corpus_module, "_encode_in_worker", kill_self)
+    with pytest.raises(InputError, match="an encoding worker process died .*nothing was stored"):
+        corpus_module.TokenizedCorpus.build(*corpus["train"], Tokenizer(made.folder / "tokenizer.model"),
+                                            tmp_path / "ids", workers=2, chunk_pairs=50)
+    assert not list((tmp_path / "ids").glob("*.npy")) and not list((tmp_path / "ids").glob("*.raw"))
