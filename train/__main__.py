@@ -24,8 +24,9 @@
     python -m train parse-eval --ckpt CKPT --gold GOLD             parse, EVALB, right-branching baseline
 
 Problems with your input (files, configs, checkpoints) print one line,
-`error: <file>:<line>: what is wrong`, and exit with status 2; `--debug`
-shows the full traceback instead. A run that diverges (non-finite loss or
+`error: <file>:<line>: what is wrong`, and exit with status 2, as does a
+write the disk refuses (full, over quota, read-only: the file and the free
+space); `--debug` shows the full traceback instead. A run that diverges (non-finite loss or
 gradient) exits with status 3; SIGINT/SIGTERM stop `fit` after the current
 update with a checkpoint and status 0 (run the same command to resume).
 """
@@ -35,7 +36,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from train.errors import InputError
+from train.errors import InputError, disk_error
 from transformer.checkpoint import CheckpointError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -306,10 +307,12 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except (FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError) as err:  # a path in the way
-        if args.debug:
+    except OSError as err:
+        disk = disk_error(err)  # a full, read-only or forbidden disk: the file and the free space
+        path_in_the_way = isinstance(err, (FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError))
+        if args.debug or not (disk or path_in_the_way):
             raise
-        print(f"error: {err.filename}: {err.strerror} (--debug shows where)", file=sys.stderr)
+        print(f"error: {disk or f'{err.filename}: {err.strerror}'} (--debug shows where)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         if args.debug:

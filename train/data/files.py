@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
 
-from train.errors import InputError
+from train.errors import InputError, disk_error, naming
 
 
 def no_file(path: Path) -> InputError:
@@ -213,8 +213,9 @@ def write_atomic(path: str | Path, data: bytes) -> None:
     path = Path(path)
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        with naming(path):
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -224,13 +225,14 @@ def write_new(path: str | Path, data: bytes) -> None:
     however late it appeared (the check and the write are one step: a complete private temporary is hard-linked
     to `path`, which fails where `path` exists; where the file system has no hard links, an exclusive create)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        _link_new(tmp, path)
-    finally:
-        os.unlink(tmp)
+    with naming(path):
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            _link_new(tmp, path)
+        finally:
+            os.unlink(tmp)
 
 
 def _link_new(tmp: str | Path, path: Path) -> None:
@@ -263,32 +265,35 @@ def output_writer(path: Path | None, force: bool):
     if target.exists() and not force:
         raise InputError(f"{path}: exists; pass --force to overwrite it or choose another output file")
     partial = target.with_name(f"{target.name}.tmp-{os.getpid()}")  # a run cleans up a dead one's (settle)
-    try:
-        out = open(partial, "x", encoding="utf-8")
-    except OSError as err:
-        raise InputError(f"{path}: cannot write ({err.strerror or err})") from None
-    keep = False  # the lines, where a file took the name meanwhile or Ctrl-C stopped them
-    try:
-        with out:
-            def write(text: str) -> None:
-                out.write(text)
-                out.flush()
-            try:
-                yield write
-            except KeyboardInterrupt:  # stdin translated until Ctrl-C, say: the lines so far, under their name
-                keep = out.tell() > 0
-                if keep:
-                    warnings.warn(f"{path}: not written (interrupted); the lines done are in {partial}")
+    with naming(target):  # a full disk's write() names no file
+        try:
+            out = open(partial, "x", encoding="utf-8")
+        except OSError as err:
+            if disk_error(err):
                 raise
-        if force:
-            os.replace(partial, target)
-        else:
-            try:
-                _link_new(partial, target)  # fails where a file appeared meanwhile: never over one
-            except FileExistsError:
-                keep = True
-                raise InputError(f"{path}: appeared while writing it; nothing was overwritten, the output is in "
-                                 f"{partial}") from None
-    finally:
-        if not keep and partial.exists():
-            os.unlink(partial)
+            raise InputError(f"{path}: cannot write ({err.strerror or err})") from None
+        keep = False  # the lines, where a file took the name meanwhile or Ctrl-C stopped them
+        try:
+            with out:
+                def write(text: str) -> None:
+                    out.write(text)
+                    out.flush()
+                try:
+                    yield write
+                except KeyboardInterrupt:  # stdin translated until Ctrl-C, say: the lines so far, under their name
+                    keep = out.tell() > 0
+                    if keep:
+                        warnings.warn(f"{path}: not written (interrupted); the lines done are in {partial}")
+                    raise
+            if force:
+                os.replace(partial, target)
+            else:
+                try:
+                    _link_new(partial, target)  # fails where a file appeared meanwhile: never over one
+                except FileExistsError:
+                    keep = True
+                    raise InputError(f"{path}: appeared while writing it; nothing was overwritten, the output is in "
+                                     f"{partial}") from None
+        finally:
+            if not keep and partial.exists():
+                os.unlink(partial)

@@ -52,7 +52,7 @@ from train.data.corpus import TokenizedCorpus, default_workers
 from train.data.files import count_lines, multi30k_paths, sha256_of, shared_data_dir, write_atomic
 from train.data.progress import progress_bar
 from train.data.tokenizer import Tokenizer
-from train.errors import InputError
+from train.errors import InputError, naming
 from train.parsing import treebank
 
 PREPARED_FORMAT = 1  # bump when the layout changes: every key changes with it
@@ -142,10 +142,11 @@ def _generated_task(name: str, texts: dict[str, bytes], data_dir: Path) -> Path:
         return folder
     tmp = _tmp_folder(data_dir, name)
     try:
-        for file_name, data in texts.items():
-            (tmp / file_name).write_bytes(data)
-        if not folder.is_dir():
-            _publish(tmp, folder)
+        with naming(folder):
+            for file_name, data in texts.items():
+                (tmp / file_name).write_bytes(data)
+            if not folder.is_dir():
+                _publish(tmp, folder)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return folder
@@ -229,7 +230,8 @@ def _tmp_folder(data_dir: Path, name: str) -> Path:
     tmp = data_dir / f"{name}.tmp-{socket.gethostname()}-{os.getpid()}"
     assert _BUILD_NAME.fullmatch(tmp.name), f"{tmp.name}: not a build folder's name"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    with naming(data_dir / name):
+        tmp.mkdir(parents=True)
     return tmp
 
 
@@ -254,8 +256,9 @@ def _building(folder: Path):
     """Yield a private temporary folder; on success it becomes `folder` (replacing a damaged one)."""
     tmp = _tmp_folder(folder.parent, folder.name)
     try:
-        yield tmp
-        _publish(tmp, folder, damage)
+        with naming(folder):  # a full disk's write() names no file
+            yield tmp
+            _publish(tmp, folder, damage)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from train.data.files import sha256_of, write_atomic
 from train.data.store import pid_alive
-from train.errors import InputError
+from train.errors import InputError, naming
 
 MANIFEST_FILE = "manifest.jsonl"
 FORMAT = 1
@@ -125,7 +125,7 @@ class Manifest:
 
     # ---------------------------------------------------------------- changing it
     def _append(self, entry: dict) -> None:
-        with open(self.path, "ab") as f:
+        with naming(self.path), open(self.path, "ab") as f:
             f.write(_line(entry))  # one write: appends of other processes do not interleave with it
         self.entries[entry["file"]] = entry
 
@@ -147,8 +147,9 @@ class Manifest:
     def writing(self, name: str):
         """`with manifest.writing("best.safetensors") as path:` write path (atomically); then it is recorded."""
         path = self.claim(name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        yield path
+        with naming(path):  # a full disk's write() names no file
+            path.parent.mkdir(parents=True, exist_ok=True)
+            yield path
         self.record(name)
 
     def write_bytes(self, name: str, data: bytes) -> Path:

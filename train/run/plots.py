@@ -11,7 +11,6 @@ matplotlib runs with the Agg backend (files only, no display needed).
 Shapes: H heads, T target length, S source length.
 """
 
-import contextlib
 import os
 from pathlib import Path
 
@@ -21,6 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
 import numpy as np  # noqa: E402
 
+from train.errors import naming  # noqa: E402
 from train.run.manifest import run_containing  # noqa: E402
 from train.run.metrics import read_metrics  # noqa: E402
 from train.run.norm_plots import norms_figure  # noqa: E402
@@ -40,12 +40,15 @@ def save_figure(fig, path: str | Path) -> Path:
     of the run's files (listed in its manifest; a file of the user's is never replaced)."""
     path = Path(path)
     run = run_containing(path)
-    with run[0].writing(run[1]) if run is not None else contextlib.nullcontext(path):
+    with run[0].writing(run[1]) if run is not None else naming(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-        fig.savefig(tmp, dpi=100, format="png")
-        os.replace(tmp, path)
-    plt.close(fig)
+        try:
+            fig.savefig(tmp, dpi=100, format="png")
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+            plt.close(fig)
     return path
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from train import config as config_lib
 from train.config import RunConfig
-from train.errors import InputError
+from train.errors import InputError, disk_error
 from train.run.checkpointing import run_checkpoints
 from train.run.manifest import MANIFEST_FILE, Manifest, sha256_of
 from train.run.run_data import refuse_a_run_from_before_tokens_per_update
@@ -93,7 +93,9 @@ def check_run_dir(run_dir: Path) -> list[str] | None:
             return _adoptable(run_dir, names)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as err:  # a file in the way, a read-only or full file system
+    except OSError as err:  # a file in the way; a read-only or full file system: train/errors.py disk_error
+        if disk_error(err):
+            raise
         raise InputError(f"{run_dir}: cannot create the run directory ({err.strerror or err})") from None
     if not os.access(run_dir, os.W_OK | os.X_OK):  # root passes this check: the writes below then decide
         raise InputError(f"{run_dir}: run directory is not writable; choose another --run-dir")
@@ -201,6 +203,8 @@ def start_run(run_config: RunConfig, manifest: Manifest, force: bool, say=print)
         try:
             manifest.write_bytes(CONFIG_FILE, (config_lib.to_json(run_config) + "\n").encode("utf-8"))
         except OSError as err:
+            if disk_error(err):
+                raise
             raise InputError(f"{manifest.run_dir}: cannot write to the run directory ({err.strerror or err})") from None
     return manifest, resuming, changes
 
