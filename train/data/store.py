@@ -21,21 +21,16 @@ seen, and a touched file finds the same key and nothing is re-encoded. The token
 and the encoding hash the bytes they read as well, and a build whose text is not the hashed
 text (a file edited meanwhile) stores nothing: what a folder holds is what its key names.
 
-A folder is built as `<name>.tmp-<host>-<pid>` and renamed into place when complete, so a
-reader never sees half of one, two processes preparing the same data cannot mix their files,
-and a build killed half-way is deleted by the next one (once its process is gone). A folder
-is checked, not trusted, each time it is used: every file's size and sha256 (and each
-array's length) must be the ones its manifest recorded (about 1 s per GB). A damaged or
-partial folder (an interrupted copy, overwritten ids) is rebuilt by `prepare` and refused
-by `fit`, which says to run `prepare`.
+Folders are built privately and renamed into place whole, and checked, not trusted, each
+time they are used: every file's size and sha256 (and each array's length) must be the ones
+their manifest recorded (train/data/prepared_folder.py). A damaged or partial folder (an
+interrupted copy, overwritten ids) is rebuilt by `prepare` and refused by `fit`, which says
+to run `prepare`.
 """
 
-import contextlib
 import dataclasses
 import hashlib
 import json
-import os
-import re
 import shutil
 import socket
 import time
@@ -43,13 +38,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 from tqdm import tqdm
 
 from train.config import RunConfig, TaskConfig
 from train.data import builtin_task
 from train.data.corpus import TokenizedCorpus, default_workers
-from train.data.files import count_lines, multi30k_paths, sha256_of, shared_data_dir, write_atomic
+from train.data.files import count_lines, multi30k_paths, shared_data_dir, write_atomic
+from train.data.prepared_folder import MANIFEST, building, contents, damage, publish, remove_stale_builds, tmp_folder
 from train.data.progress import progress_bar
 from train.data.tokenizer import Tokenizer
 from train.errors import InputError, naming
@@ -140,13 +135,13 @@ def _generated_task(name: str, texts: dict[str, bytes], data_dir: Path) -> Path:
     folder = data_dir / f"{name}-{digest.hexdigest()[:16]}"
     if folder.is_dir():
         return folder
-    tmp = _tmp_folder(data_dir, name)
+    tmp = tmp_folder(data_dir, name)
     try:
         with naming(folder):
             for file_name, data in texts.items():
                 (tmp / file_name).write_bytes(data)
             if not folder.is_dir():
-                _publish(tmp, folder)
+                publish(tmp, folder)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return folder
@@ -196,114 +191,6 @@ def prepared_key(files: dict[str, dict], config: RunConfig, tokenizer: "Tokenize
     else:
         what.update(tokenizer_sha256=tokenizer.model_hash)
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
-
-
-# ------------------------------------------------------------------ building folders safely
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's
-        return True
-    return True
-
-
-# The only names _tmp_folder makes: a prepared corpus's key (or a damaged one moved aside) or a generated
-# task's name, then host and pid.
-_BUILD_NAME = re.compile(r"(?:[0-9a-f]{16}(?:-damaged)?|builtin|ptb)\.tmp-(?P<host>.+)-(?P<pid>\d+)")
-
-
-def remove_stale_builds(data_dir: Path) -> None:
-    """Delete the build folders killed processes left (`<key>.tmp-<host>-<pid>`, `builtin.tmp-...`, `ptb.tmp-...`)
-    of this host, once their process is gone. data_dir may be a folder of the user's: anything else in it,
-    a file or a folder whose name merely looks like a temporary, is the user's and stays."""
-    for tmp in Path(data_dir).glob("*.tmp-*"):
-        build = _BUILD_NAME.fullmatch(tmp.name)
-        if (build and build["host"] == socket.gethostname() and tmp.is_dir() and not tmp.is_symlink()
-                and not pid_alive(int(build["pid"]))):
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _tmp_folder(data_dir: Path, name: str) -> Path:
-    """A new, private data_dir/<name>.tmp-<host>-<pid> folder to build in (a name remove_stale_builds knows)."""
-    tmp = data_dir / f"{name}.tmp-{socket.gethostname()}-{os.getpid()}"
-    assert _BUILD_NAME.fullmatch(tmp.name), f"{tmp.name}: not a build folder's name"
-    shutil.rmtree(tmp, ignore_errors=True)
-    with naming(data_dir / name):
-        tmp.mkdir(parents=True)
-    return tmp
-
-
-def _publish(tmp: Path, folder: Path, damage: Callable[[Path], str | None] = lambda folder: None) -> None:
-    """Rename a complete build into place (atomic); if another process got there first, keep theirs, unless
-    `damage(folder)` finds it damaged: then it is moved aside and deleted, and the build takes its place."""
-    try:
-        os.rename(tmp, folder)
-    except OSError:
-        if not folder.is_dir():
-            raise
-        if damage(folder) is None:
-            return
-        aside = _tmp_folder(folder.parent, f"{folder.name}-damaged")
-        os.rename(folder, aside)  # onto the empty folder just made
-        os.rename(tmp, folder)
-        shutil.rmtree(aside, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _building(folder: Path):
-    """Yield a private temporary folder; on success it becomes `folder` (replacing a damaged one)."""
-    tmp = _tmp_folder(folder.parent, folder.name)
-    try:
-        with naming(folder):  # a full disk's write() names no file
-            yield tmp
-            _publish(tmp, folder, damage)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-# ------------------------------------------------------------------ checking a folder
-MANIFEST = "manifest.json"
-
-
-def _contents(folder: Path) -> dict[str, dict]:
-    """{file name: {"size", "sha256"}, with "length" for an array} of every file in a built folder but its manifest."""
-    out = {}
-    for path in sorted(folder.iterdir()):
-        if path.name != MANIFEST:
-            out[path.name] = {"size": path.stat().st_size, "sha256": sha256_of(path)}
-            if path.suffix == ".npy":
-                out[path.name]["length"] = len(np.load(path, mmap_mode="r", allow_pickle=False))
-    return out
-
-
-def damage(folder: Path) -> str | None:
-    """Why a prepared folder cannot be used as it is (a file missing, cut short, changed), or None when every
-    file has the size, sha256 and length its manifest recorded."""
-    try:
-        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-        contents = manifest["contents"]
-    except FileNotFoundError:
-        return f"no {MANIFEST} (an interrupted build or copy)"
-    except (OSError, ValueError, KeyError, TypeError):
-        return f"{MANIFEST} is not one this version of the tool wrote"
-    for name, want in sorted(contents.items()):
-        path = folder / name
-        if not path.is_file():
-            return f"{name} is missing"
-        if path.stat().st_size != want["size"]:
-            return f"{name} has {path.stat().st_size} bytes, not the {want['size']} it was written with"
-        if "length" in want:
-            try:
-                length = len(np.load(path, mmap_mode="r", allow_pickle=False))
-            except (OSError, ValueError) as err:
-                return f"{name} is not a readable array ({err})"
-            if length != want["length"]:
-                return f"{name} holds {length} values, not {want['length']}"
-        if sha256_of(path) != want["sha256"]:
-            return f"{name} has other contents than it was written with (sha256)"
-    return None
 
 
 # ------------------------------------------------------------------ the whole step
@@ -357,7 +244,7 @@ def prepare_data(config: RunConfig, data_dir: str | Path, workers: int = 0, log=
             f"of the {lines:,} lines of {src.name} + {tgt.name}")
     log(f"preparing data in {folder}: {made}, then the ids of {files['train_src']['lines']:,} pairs with "
         f"{workers} process{'es' if workers > 1 else ''}")
-    with _building(folder) as tmp:
+    with building(folder) as tmp:
         start = time.perf_counter()
         if given is None:
             read = _reading(src, tgt)
@@ -383,7 +270,7 @@ def prepare_data(config: RunConfig, data_dir: str | Path, workers: int = 0, log=
                               "sample_size": tok.sample_size, "sample_seed": TOKENIZER_SAMPLE_SEED})},
             "ids_dtype": corpus.meta["dtype"], "stats": corpus.meta["stats"], "workers": workers,
             "seconds": {"hash": hash_s, "tokenizer": tokenizer_s, "encode": encode_s},
-            "created": time.strftime("%Y-%m-%d %H:%M:%S"), "host": socket.gethostname(), "contents": _contents(tmp),
+            "created": time.strftime("%Y-%m-%d %H:%M:%S"), "host": socket.gethostname(), "contents": contents(tmp),
         }
         write_atomic(tmp / MANIFEST, json.dumps(manifest, indent=1).encode("utf-8"))
     log(f"prepared data {folder}: tokenizer {tokenizer_s:.0f} s, encoding {encode_s:.0f} s "

@@ -29,7 +29,7 @@ import uuid
 from pathlib import Path
 
 from train.data.files import sha256_of, write_atomic
-from train.data.store import pid_alive
+from train.data.prepared_folder import pid_alive
 from train.errors import InputError, naming
 
 MANIFEST_FILE = "manifest.jsonl"
