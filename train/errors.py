@@ -42,9 +42,9 @@ def disk_error(err: OSError) -> str | None:
         return None
     path = err.filename2 or err.filename
     if path is None:
-        return f"cannot write here ({err.strerror}; {_free(Path.cwd())} free in {Path.cwd()})"
+        return f"{err.strerror} ({_free(Path.cwd())} free in the working directory, {Path.cwd()})"
     path = Path(re.sub(r"\.tmp-\d+$", "", os.fsdecode(path)))  # a writer's temporary: the file it was to become
-    return f"{path}: cannot write it ({err.strerror}; {_free(path)} free on its file system)"
+    return f"{path}: {err.strerror} ({_free(path)} free on its file system)"
 
 
 def _free(path: Path) -> str:
