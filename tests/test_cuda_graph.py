@@ -75,7 +75,7 @@ class FakeCupy:
     """
 
     def __init__(self, log):
-        self.log, self.capture_stream, self.staging = log, None, np.zeros(64)
+        self.log, self.staging, self.replayed_copies = log, np.zeros(64), []
         fake = self
 
         class Stream:
@@ -154,6 +154,10 @@ class FakeCupy:
 
     def asarray(self, host):
         """An upload: host -> the staging buffer -> a device array; recorded as a copy from the buffer."""
+        if self.replayed_copies:                                 # a replay: the recorded copy from the buffer
+            device, staging = self.replayed_copies.pop(0)
+            device[...] = staging
+            return device
         host = np.asarray(host, dtype=float)
         staging = self.pinned_malloc(host.nbytes)
         staging[:host.size] = host.ravel()
@@ -165,8 +169,8 @@ class FakeCupy:
 
 
 class FakeCudaGraph:
-    """A captured graph: a replay re-runs fn with the seeds drawn at capture, its uploads copied from where
-    the capture read them (`copies`)."""
+    """A captured graph: a replay re-runs fn with the seeds drawn at capture, and its uploads replaced by
+    copies from where the capture read them (`copies`: the staging buffer, as it is at the replay)."""
 
     def __init__(self, log):
         self.log, self.seeds, self.copies, self.replay = log, [], [], None
@@ -206,12 +210,12 @@ def cupy_stand_in(monkeypatch, log):
 
         def replay():
             replaying.append(list(captured.graph.seeds))
+            cupy.replayed_copies[:] = captured.graph.copies
             try:
-                for device, staging in captured.graph.copies:
-                    device[...] = staging               # the recorded upload reads the buffer as it is now
                 captured.outputs[...] = fn(*captured.inputs)
             finally:
                 replaying.clear()
+                cupy.replayed_copies.clear()
 
         captured.graph.replay = replay
         return captured
