@@ -59,5 +59,6 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     if REQUIRE_GPU and report.skipped and item.get_closest_marker("gpu") is not None:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        reason = reason.removeprefix("Skipped: ")
         report.outcome = "failed"
         report.longrepr = f"MT_REQUIRE_GPU=1, and this GPU test would skip: {reason}"
