@@ -94,7 +94,7 @@ lane_gpu_tests() {
   have pytest_timeout && guard=(--timeout 120)         # a hang guard per test (NCCL waits forever otherwise)
   # shellcheck disable=SC2086  # LEASE_TEST_PATHS: several paths
   part gpu_tests "${CAP[gpu_tests]}" python3 -m pytest -p no:cacheprovider -m gpu -q -rfEs --maxfail=200 \
-    --continue-on-collection-errors --junitxml="$WORK/gpu_tests.xml" "${parallel[@]}" "${guard[@]}" \
+    --continue-on-collection-errors --junit-xml="$WORK/gpu_tests.xml" "${parallel[@]}" "${guard[@]}" \
     ${LEASE_TEST_PATHS:-tests}
 }
 

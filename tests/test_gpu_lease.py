@@ -35,7 +35,7 @@ KILL_AFTER_S = 10                              # a part's SIGKILL after its SIGT
 CARRY_LIMIT = 64 * 2**20                       # the device tool: the tree that travels
 OFFLINE = ("NewConnectionError", "Temporary failure in name resolution", "Network is unreachable",
            "Max retries exceeded", "No route to host")
-OUTPUT_OPTIONS = {"--out", "--json", "--run-dir", "--junitxml"}   # what a part writes, not what it reads
+OUTPUT_OPTIONS = {"--out", "--json", "--run-dir", "--junit-xml"}   # what a part writes, not what it reads
 
 needs_shared = pytest.mark.skipif(not (SHARED / "data" / "multi30k").is_dir(),
                                   reason="../shared/data/multi30k absent")
