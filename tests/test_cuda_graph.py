@@ -113,7 +113,7 @@ class FakeCupy:
 
             def begin_capture(self):
                 log.append("begin")
-                self.recording = FakeCudaGraph(log)
+                self.recording = FakeCudaGraph(log, fake.caller)
 
             def end_capture(self):
                 log.append("end")
@@ -172,13 +172,14 @@ class FakeCudaGraph:
     """A captured graph: a replay re-runs fn with the seeds drawn at capture, and its uploads replaced by
     copies from where the capture read them (`copies`: the staging buffer, as it is at the replay)."""
 
-    def __init__(self, log):
-        self.log, self.seeds, self.copies, self.replay = log, [], [], None
+    def __init__(self, log, caller):
+        self.log, self.caller, self.seeds, self.copies, self.replay = log, caller, [], [], None
 
     def upload(self, stream):
         self.log.append("upload")
 
     def launch(self):
+        self.caller.run_queue()                                   # launched on the caller's stream: after its work
         self.replay()
 
 
@@ -245,12 +246,18 @@ def test_cupy_capture_binds_a_handle_waits_warms_up_then_captures_with_a_private
 
 
 def test_the_capture_copies_its_inputs_after_the_stream_writing_them_is_done(monkeypatch):
-    """The caller's stream still has the input's write queued: a copy that does not wait for it copies stale memory."""
+    """The caller's stream still has the input's write queued: a copy that does not wait for it copies stale
+    memory, which the warm-up then runs on (token ids from stale memory can index out of bounds: a sticky
+    CUDA error). Every run of fn, the warm-up's too, must see the written input."""
     cupy, capture, backend = cupy_stand_in(monkeypatch, [])
     x = np.zeros(4)
     cupy.caller.queue.append(lambda: x.__setitem__(..., [1.0, 2.0, 3.0, 4.0]))   # the producer, not yet done
-    graphed = GraphedCall(lambda a: a * 2, backend, capture=capture)
-    np.testing.assert_array_equal(graphed(x), [2.0, 4.0, 6.0, 8.0])
+    seen = []
+    graphed = GraphedCall(lambda a: seen.append(a.copy()) or a * 2, backend, capture=capture)
+    graphed(x)
+    assert len(seen) == 3                                         # warm-up, capture, replay
+    for run in seen[:2]:                                          # (the replay's copy is queued after the write)
+        np.testing.assert_array_equal(run, [1.0, 2.0, 3.0, 4.0])
 
 
 def test_a_replay_never_reuses_a_dropout_seed(monkeypatch):
