@@ -265,14 +265,43 @@ def test_the_gpu_lane_fails_when_every_gpu_test_would_skip(call_repo, tmp_path):
     assert all("would skip: no usable CuPy GPU (stand-in)" in line for line in lane["parts"][0]["first_failures"])
 
 
-def test_a_test_run_in_which_nothing_passed_is_a_failed_lane():
-    """Without MT_REQUIRE_GPU every GPU test skips, pytest exits 0: the lane still fails (nothing ran)."""
+@pytest.fixture
+def lease_record():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         import lease_record
     finally:
         sys.path.pop(0)
+    return lease_record
+
+
+def test_a_test_run_in_which_nothing_passed_is_a_failed_lane(lease_record):
+    """Without MT_REQUIRE_GPU every GPU test skips, pytest exits 0: the lane still fails (nothing ran)."""
     skipped = [{"part": "gpu_tests", "rc": 0, "tests": {"passed": 0, "failed": 0, "errors": 0, "skipped": 3124}}]
     ran = [{"part": "gpu_tests", "rc": 0, "tests": {"passed": 3124, "failed": 0, "errors": 0, "skipped": 0}}]
     assert lease_record.lane_status("ran", skipped) == "failed"
     assert lease_record.lane_status("ran", ran) == "passed"
+
+
+def test_the_record_reads_the_ratios_the_fractions_and_the_defaults(lease_record):
+    """What the device's parts leave (bench --json lines, the kernels' and ceilings' files), read into the numbers
+    owed: time ratios to PyTorch's step, kernel rates over the copy measured in the call, DEFAULT versions re-timed."""
+    rows = [{"op": "adam", "version": "cuda v1", "dtype": "float32", "unit": "GB/s", "ms": 0.70, "rate": 2900.0},
+            {"op": "adam", "version": "cuda v2", "dtype": "float32", "unit": "GB/s", "ms": 0.60, "rate": 3400.0},
+            {"op": "adam", "version": "torch Adam(fused=True)", "dtype": "float32", "unit": "GB/s", "ms": 0.8,
+             "rate": 2500.0}]
+    parts = [{"part": "step_bf16", "rc": 0, "result": {"step_ms": 60.0, "peer_step_ms": 100.0, "peak_mem_bytes": 5}},
+             {"part": "step_fp32", "rc": 0, "result": {"step_ms": 120.0, "peer_step_ms": 100.0}},
+             {"part": "ceilings", "rc": 0, "result": {"copy_gbps": 4000.0, "bf16_gemm_tflops": 780.0}},
+             {"part": "kernels", "rc": 0, "result": {"dram_copy_gbps": 3900.0, "rows": rows}},
+             {"part": "nccl_fit", "rc": 0, "result": {"fit": {"overhead": 0.03}}},
+             {"part": "m30k_test2016", "rc": 0, "bleu": 36.5}]
+    owed = lease_record.derived(parts)
+    assert owed["step_bf16"]["ratio"] == pytest.approx(0.6) and owed["step_bf16"]["met"]
+    assert owed["step_fp32"]["ratio"] == pytest.approx(1.2) and not owed["step_fp32"]["met"]
+    assert owed["kernels_vs_copy"] == {"adam | cuda v1 | float32": 0.725, "adam | cuda v2 | float32": 0.85}
+    assert owed["kernels_below_target"] == ["adam | cuda v1 | float32"]
+    assert owed["kernel_defaults"]["adam float32"] == {"default": 1, "default_ms": 0.70, "fastest": 2,
+                                                      "fastest_ms": 0.60, "default_within_3pct": False}
+    assert not owed["nccl_world1_overhead"]["met"] and owed["m30k_test2016_bleu"] == 36.5
+    assert "0.60x PyTorch" in lease_record.one_line({"lane": "step_ratio", "status": "passed", **owed})
