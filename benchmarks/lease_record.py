@@ -98,14 +98,18 @@ def _git_commit() -> str:
                           timeout=10).stdout.strip()
 
 
+def _json_or_none(line: str):
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
+
+
 def _last_json_line(text: str):
     for line in reversed(text.strip().splitlines()[-3:]):
         line = line.strip()
         if line.startswith("{") and line.endswith("}"):
-            try:
-                return json.loads(line)
-            except ValueError:
-                return None
+            return _json_or_none(line)
     return None
 
 
@@ -145,9 +149,10 @@ def read_parts(work: Path, lane: str) -> list[dict]:
         if (work / f"{name}.xml").is_file():
             part["tests"] = _call(lambda: junit_counts(work / f"{name}.xml"))
             part["first_failures"] = _call(lambda: first_failures(work / f"{name}.xml"))
-        bleu = re.findall(r"^BLEU\s+([\d.]+)", text, flags=re.M)
-        if bleu:
-            part["bleu"] = float(bleu[-1])
+        for key, pattern in (("bleu", r"^BLEU\s+([\d.]+)"), ("paper_bleu", r"^paper BLEU\s+([\d.]+)")):
+            found = re.findall(pattern, text, flags=re.M)      # `train evaluate`'s report (Scores.format)
+            if found:
+                part[key] = float(found[-1])
         part["tail"] = text.strip().splitlines()[-TAIL_LINES:]
         err = work / f"{name}.err"
         if int(rc) and err.is_file():
@@ -200,8 +205,9 @@ def derived(parts: list[dict]) -> dict:
                                         "peak_mem_bytes": step.get("peak_mem_bytes"),
                                         "torch_peak_mem_bytes": step.get("peer_peak_mem_bytes")}
     for p in parts:
-        if "bleu" in p:
-            out[f"{p['part']}_bleu"] = p["bleu"]
+        for key in ("bleu", "paper_bleu"):
+            if key in p:
+                out[f"{p['part']}_{key}"] = p[key]
     kernels, ceilings = results.get("kernels"), results.get("ceilings")
     if isinstance(kernels, dict):
         copy = (ceilings or {}).get("copy_gbps") or kernels.get("dram_copy_gbps")
@@ -244,6 +250,12 @@ def record_lane(summary: Path, work: Path, lane: str, status: str, seconds: int,
     if tests:
         record["tests"] = {k: sum(t[k] for t in tests) for k in tests[0]}
     record.update(derived(parts))
+    metrics = work / f"{lane}_metrics.jsonl"          # a fit's metrics.jsonl: how far it got, its last losses
+    if metrics.is_file():
+        records = [r for r in map(_json_or_none, metrics.read_text(errors="replace").splitlines()) if isinstance(r, dict)]
+        train, valid = ([r for r in records if r.get("kind") == kind] for kind in ("train", "valid"))
+        record["fit"] = {"steps": train[-1]["step"] if train else 0, "last_train": train[-1] if train else None,
+                         "last_valid": valid[-1] if valid else None}
     append(summary, record)
     with open(summary.with_name(summary.stem + "_tails.txt"), "a", encoding="utf-8") as tails:
         for p in parts:
@@ -267,6 +279,8 @@ def one_line(record: dict) -> str:
         step = record.get(f"step_{precision}")
         if step:
             bits.append(f"{precision} {step['step_ms']:.1f} ms = {step['ratio']:.2f}x PyTorch (target <= {step['target']})")
+    if "fit" in record:
+        bits.append(f"fit {record['fit']['steps']} steps")
     bits += [f"{k} {v:.2f}" for k, v in record.items() if k.endswith("_bleu")]
     if record.get("ceilings"):
         bits.append(", ".join(f"{k} {v:.0f}" for k, v in record["ceilings"].items() if isinstance(v, (int, float))))
