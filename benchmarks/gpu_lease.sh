@@ -246,7 +246,12 @@ case "${1:-}" in
     printf '# limit %s\treserve %s\ttimeout_s %s\tgroups %s\n' "$LIMIT_S" "$RESERVE_S" "$TOOL_TIMEOUT_S" "${LANES[*]}"
     call
     grid=table3 run_lane ablate ;;
-  run) shift; setup; call "$@"; finish ;;
+  run)
+    shift
+    for name in "$@"; do
+      [[ " ${LANES[*]//+/ } " == *" $name "* ]] || { echo "error: no lane $name (lanes: ${LANES[*]//+/ })" >&2; exit 2; }
+    done
+    setup; call "$@"; finish ;;
   ablate)
     case "${2:-table3}" in table3 | recipe) grid=${2:-table3} ;; *) echo "usage: $0 ablate table3|recipe" >&2; exit 2 ;; esac
     setup; run_lane ablate; finish ;;
