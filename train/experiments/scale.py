@@ -1,7 +1,8 @@
-"""How fast data-parallel training runs on n devices: a model from measured parts, validated on a published run.
+"""How fast data-parallel training runs on n devices: a model from measured and published parts, validated on
+published runs it was not fitted on (scale_validation.py).
 
 Data parallelism (§5.2: 8 GPUs; train/distributed/) adds to the one-device update of `accum`
-micro-batches two costs, and this model has both, with nothing assumed that was not measured:
+micro-batches two costs, and this model has both, every input measured or published but λ:
 
     compute(n)   = step(1) · (1 + λ · (straggler(n) − 1))      the update waits for its slowest rank
     t_ar(n)      = buckets · α(n) + 2(n−1)/n · bytes / busbw          ring all-reduce, fp32 gradients
@@ -24,14 +25,13 @@ micro-batches two costs, and this model has both, with nothing assumed that was 
                 The last bucket starts when backward ends: it never hides. With tied embeddings
                 (§3.4) it holds at least the embedding, whose gradient is complete only then.
 
-Links: a node's GPUs talk over NVLink, nccl-tests' ring bus bandwidth being the same fraction of
-the NVLink rate on every GPU as on 8 A100s (230 of 300 GB/s); across nodes a ring crosses the
-network once per channel, so its bus bandwidth is at most a node's network bandwidth (all its
-adapters) times that fraction.
+Links: a node's GPUs talk over NVLink, nccl-tests' ring bus bandwidth being NVLink's line rate less
+NCCL's protocol overhead (NCCL_OF_NVLINK); across nodes a ring crosses the network once per
+channel, so its bus bandwidth is at most what a node's adapters send, less theirs (NCCL_OF_NETWORK).
 
 Bus bandwidth follows nccl-tests (busbw = algbw · 2(n−1)/n), so one number describes a link for
-every n. The model is checked against NVIDIA's published 1 → 4 → 8 A100 scaling of the Transformer
-(train/experiments/scale_validation.py); `python -m train scale` prints that check with every projection.
+every n. `python -m train scale --validate` sets the model beside NVIDIA's published Transformer
+runs on 4-16 V100s and A100s; every projection prints the held-out error.
 """
 from __future__ import annotations
 
@@ -65,7 +65,11 @@ LINKS = {  # presets: published nccl-tests all_reduce_perf figures for 8 GPUs of
 # GB/s per GPU and direction, datasheets: V100 SXM2 6 NVLink 2 links, A100 SXM4 12 NVLink 3, H100/H200 SXM5 18 NVLink 4,
 # 25 GB/s each. DGX-2's V100s reach its NVSwitches over the same 6 links.
 NVLINK_GBPS = {"V100": 150.0, "A100": 300.0, "H100": 450.0, "H200": 450.0}
-NCCL_OF_LINK = 230.0 / 300.0         # nccl-tests ring bus bandwidth / NVLink rate, 8 A100s (the nvlink3 preset)
+# nccl-tests ring bus bandwidth over line rate. NVLink: 370 of H100's 450 GB/s ("~20% protocol overhead", NCCL's
+# maintainer in NVIDIA/nccl-tests#212; NVLink SHARP reaches 480, not counted). Network: 46-48 GB/s per NDR 400 Gb/s
+# adapter (NVIDIA/nccl-tests#290), 192 GB/s ring bus bandwidth on 2 DGX A100s' 8 × 200 Gb/s (NVIDIA/nccl#1576).
+NCCL_OF_NVLINK = 370.0 / 450.0
+NCCL_OF_NETWORK = 47.0 / 50.0
 NETWORKS = {  # GB/s a node sends: DGX A100 8 × ConnectX-6 HDR 200 Gb/s, DGX H100 8 × ConnectX-7 NDR 400 Gb/s (datasheets)
     "ib-hdr": 200.0,
     "ib-ndr": 400.0,
@@ -74,14 +78,14 @@ NETWORKS = {  # GB/s a node sends: DGX A100 8 × ConnectX-6 HDR 200 Gb/s, DGX H1
 
 def node_link(gpu: str, latency_us: float = 25.0) -> Link:
     """The link a ring all-reduce sees between the GPUs of one node: their NVLink at nccl's ring fraction."""
-    return Link(f"{gpu} NVLink ({NVLINK_GBPS[gpu]:g} GB/s a GPU) x {NCCL_OF_LINK:.2f} nccl ring",
-                NVLINK_GBPS[gpu] * NCCL_OF_LINK, latency_us)
+    return Link(f"{gpu} NVLink ({NVLINK_GBPS[gpu]:g} GB/s a GPU) x {NCCL_OF_NVLINK:.2f} nccl ring",
+                NVLINK_GBPS[gpu] * NCCL_OF_NVLINK, latency_us)
 
 
 def across_nodes(link: Link, network_gbps: float) -> Link:
     """`link` once the ring leaves the node: capped by what a node's adapters send, at nccl's ring fraction."""
     return Link(f"{link.name}, across nodes ({network_gbps:g} GB/s a node)",
-                min(link.bus_gbps, network_gbps * NCCL_OF_LINK), link.latency_us, link.at_ranks)
+                min(link.bus_gbps, network_gbps * NCCL_OF_NETWORK), link.latency_us, link.at_ranks)
 
 
 def parameter_count(c: TransformerConfig) -> int:

@@ -7,7 +7,7 @@ import pytest
 from cli_helpers import assert_one_line_error, run_cli
 from train.__main__ import main
 from train.experiments import batch_work, scale_report, scale_validation
-from train.experiments.scale import (GRAD_BYTES, LINKS, NCCL_OF_LINK, NVLINK_GBPS, Link, across_nodes, allreduce_time,
+from train.experiments.scale import (GRAD_BYTES, LINKS, NCCL_OF_NETWORK, NCCL_OF_NVLINK, NVLINK_GBPS, Link, across_nodes, allreduce_time,
                                      bucket_sizes, embedding_bytes, parameter_count, project, straggler)
 from train.run.metrics import PEAK_TFLOPS, train_flops
 from transformer import Transformer, TransformerConfig
@@ -69,7 +69,7 @@ def test_batches_of_one_budget_differ_in_work_and_fairseqs_more_than_ours():
     assert theirs.std() > 5 * mine.std()         # sorting by source length leaves the target side ragged
 
 
-# The model's open miss, named: NVIDIA's DGX-1 mixed-precision rows scale worse than predicted (+4.9, +5.0 points)
+# The model's open miss, named: NVIDIA's DGX-1 mixed-precision rows scale worse than predicted (+5.0, +5.1 points)
 KNOWN_MISSES = {("DGX-1 V100, AMP, 5,120 tokens a GPU", 4), ("DGX-1 V100, AMP, 5,120 tokens a GPU", 8)}
 
 
@@ -90,7 +90,7 @@ def test_the_model_meets_the_published_table_it_was_not_fitted_on():
         if key[0].startswith("2019"):
             assert abs(error) <= 5.0, (key, error)
     assert all(r["why"] for r in v["rows"] if not r["covered"])
-    assert v["straggler_scale"] == pytest.approx(1.90, abs=0.01)        # λ, from the fit row alone
+    assert v["straggler_scale"] == pytest.approx(1.91, abs=0.01)        # λ, from the fit row alone
 
 
 def test_the_table_is_the_published_numbers_with_their_sources():
@@ -126,10 +126,10 @@ def test_the_last_bucket_holds_the_tied_embedding_and_the_network_caps_the_ring(
     hidden = project(0.3, 1e9, link, bucket_mb=250.0, overlap=1.0, last_bucket_at_least=500e6)[1]
     assert hidden["exposed_ms"] == pytest.approx(5.0)                  # the 500 MB embedding bucket, 2 ranks
     assert across_nodes(link, 400.0).bus_gbps == 100.0 and across_nodes(link, 50.0).bus_gbps == pytest.approx(
-        50.0 * NCCL_OF_LINK)
+        50.0 * NCCL_OF_NETWORK)
     rows = project(0.3, 1e9, link, bucket_mb=0.0, devices=[8, 16], gpus_per_node=8, network_gbps=50.0)
     assert rows[0]["allreduce_ms"] == pytest.approx(2 * 7 / 8 * 1e9 / 100e9 * 1e3)
-    assert rows[1]["allreduce_ms"] == pytest.approx(2 * 15 / 16 * 1e9 / (50e9 * NCCL_OF_LINK) * 1e3)
+    assert rows[1]["allreduce_ms"] == pytest.approx(2 * 15 / 16 * 1e9 / (50e9 * NCCL_OF_NETWORK) * 1e3)
 
 
 def test_every_gpu_has_nvlink_and_a_datasheet_peak(capsys):
@@ -153,7 +153,7 @@ def test_scale_command_projects_a_given_step_and_prints_its_validation(capsys):
         100_000 * base["step_1_device_ms"] / base["efficiency"]["nvlink4"] / 3.6e6)
     assert main(["scale", "--preset", "base", "--step-ms", "176", "--link", "nvlink4"]) == 0
     report = capsys.readouterr().out
-    assert "held-out error ±1.8 points on 15 published rows" in report
+    assert f"held-out error ±{scale_validation.validate()['held_out_mae']:.1f} points on 15 published rows" in report
     assert main(["scale", "--link", "infiniband"]) == 2
     assert "--link must be one of nvlink3, nvlink4, pcie5" in capsys.readouterr().err
     assert main(["scale", "--overlap", "1.5"]) == 2
@@ -176,7 +176,7 @@ def test_scale_expresses_a_setup_of_nodes_of_gpus(capsys):
                  "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     link = result["links"]["H100"]
-    assert link["bus_gbps"] == pytest.approx(450.0 * NCCL_OF_LINK) and link["overlap"] == 1.0
+    assert link["bus_gbps"] == pytest.approx(370.0) and link["overlap"] == 1.0
     assert [row["devices"] for row in link["rows"]] == [1, 2, 3, 4, 5, 6, 7, 8, 16]
     assert result["paper_runs"]["base"]["devices"] == 16 and result["paper_runs"]["base"]["tokens_per_device"] == 1562.5
     assert result["setup"]["precision"] == "fp16" and result["setup"]["mfu"] == pytest.approx(
@@ -192,7 +192,7 @@ def test_scale_validate_prints_the_table_and_its_json(capsys):
     assert {r["role"] for r in out["rows"]} == {"fit", "held-out"}
     assert main(["scale", "--validate"]) == 0
     text = capsys.readouterr().out
-    assert "held-out mean absolute error: 1.8 points" in text and "not covered" in text
+    assert f"held-out mean absolute error: {out['held_out_mae']:.1f} points" in text and "not covered" in text
 
 
 def test_scale_refuses_zero_timed_steps():
