@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--config", type=Path, default=None, help="TOML run config, e.g. configs/demo.toml")
     fit.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
                      help="resume RUN_DIR with its own config.json and prepared data, instead of --config "
-                          "(--set may change the settings README 'Resuming' lists, e.g. train.lr_factor)")
+                          "(--set may change the settings docs/wmt.md 'Resuming' lists, e.g. train.lr_factor)")
     fit.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config value, e.g. model.d_model=256 (repeatable)")
     fit.add_argument("--run-dir", type=Path, default=None, help="default runs/<config name>")

@@ -14,7 +14,7 @@ in force (train/threads.py: `cpu_threads`), each thread decoding whole batches o
 thread. Threads that split every product and kernel wait for each other many times a step,
 and on a busy machine for whichever one another program holds: an untrained base model's
 beam 4 on 64 sentences took 2x longer that way on a quiet machine, 5x with one busy program
-beside it (README, "Serving a trained model").
+beside it (docs/serving.md).
 
 `translate_stream` does the same for a stream that a person or a program writes
 line by line (stdin): it waits for one line, takes whatever else has already

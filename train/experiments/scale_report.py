@@ -2,7 +2,7 @@
 
     python -m train scale                                  # CPU: the cpu preset's step; MPI between 2 local ranks
     python -m train scale --backend cuda                   # one GPU: the base step at 250×100 tokens (~25k per GPU)
-    python -m train scale --preset base --step-ms 176      # project a step measured elsewhere (README: H100, fp16)
+    python -m train scale --preset base --step-ms 176      # project a step measured elsewhere (docs/results.md: H100, fp16)
     mpiexec -n 8 python -m train scale --backend cuda --allreduce-only   # bus bandwidth, latency, overlap of 8 GPUs
 
 It measures (or takes) the one-device step, measures the link here (bus bandwidth, latency per
