@@ -8,7 +8,7 @@
    host ms (cupyx.profiler.benchmark's CPU time: the Python that queues the work) eager vs replayed.
 3. A function that reads a value on the host cannot be captured: it must run eagerly, said once.
 What a whole training update needs before it can be captured (device-resident dropout seeds,
-learning rate, step and token counts; inputs copied into fixed buffers) is listed in the README.
+learning rate, step and token counts; inputs copied into fixed buffers) is listed in docs/gpu_step.md.
 
     PYTHONPATH=. python benchmarks/bench_cuda_graph.py [--batch 250] [--json out.json]
 """

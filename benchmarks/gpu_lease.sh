@@ -9,7 +9,7 @@
 #   bash benchmarks/gpu_lease.sh call1     # device call 1 (<= 7 min): every GPU test (pytest -m gpu:
 #                                          # kernels, cuBLAS, bf16, composed vs fused, NCCL with one
 #                                          # rank) while Multi30k trains in bf16 beside it, twice: the
-#                                          # README's recipe (fp32 gave 37.2) and P_drop 0.3 (aimed at
+#                                          # recipe of configs/multi30k.toml (fp32 gave 37.2) and P_drop 0.3 (aimed at
 #                                          # the PyTorch peer's 39.3); each averaged, test2016 BLEU
 #   bash benchmarks/gpu_lease.sh call2     # device call 2 (<= 4 min), at once after call 1 (the
 #                                          # machine stays warm 30 s): the base step in bf16 and fp32

@@ -9,6 +9,7 @@
     python -m train translate --ckpt CKPT [--beam 4 --alpha 0.6] [--nbest K] < input.txt > output.txt
     python -m train translate --ckpt CKPT --input FILE --output FILE [--force]
     python -m train evaluate --ckpt CKPT --src SRC --ref REF      sacreBLEU + signature, chrF, paper BLEU
+    python -m train tune-decoding --ckpt CKPT --src DEV.src --ref DEV.ref   beam and α chosen on dev (§6.1)
     python -m train score --hyp HYP --ref REF                     the same scores for a file of translations
     python -m train average RUN_DIR [--last K] [--out PATH]        §6.1 checkpoint averaging
     python -m train plot RUN_DIR                                   PNG curves (+ attention heat-map)
@@ -48,10 +49,14 @@ def _add_debug(parser: argparse.ArgumentParser, default=argparse.SUPPRESS) -> No
                         help="show full tracebacks instead of one-line errors")
 
 
-def _add_decoding(parser: argparse.ArgumentParser, beam: int = 4, alpha: float = 0.6, max_len_b: int = 50,
-                  section: str = "§6.1") -> None:
-    parser.add_argument("--beam", type=int, default=beam, help=f"beam size; 1 = greedy (default {beam}, {section})")
-    parser.add_argument("--alpha", type=float, default=alpha, help=f"length penalty α (default {alpha}, {section})")
+def _add_search(parser: argparse.ArgumentParser, beam: int = 4, alpha: float = 0.6, section: str = "§6.1") -> None:
+    parser.add_argument("--beam", type=int, default=None,
+                        help=f"beam size; 1 = greedy (default: the run's choice of tune-decoding, else {beam}, {section})")
+    parser.add_argument("--alpha", type=float, default=None,
+                        help=f"length penalty α (default: the run's choice of tune-decoding, else {alpha}, {section})")
+
+
+def _add_decoding(parser: argparse.ArgumentParser, max_len_b: int = 50, section: str = "§6.1") -> None:
     parser.add_argument("--max-len-b", type=int, default=max_len_b,
                         help=f"longest output = source length + this (default {max_len_b}, {section})")
     parser.add_argument("--max-tokens", type=int, default=4096, help="source tokens per decoding batch (default 4096)")
@@ -71,6 +76,16 @@ def _add_paper_recipe(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--paper-recipe", choices=["paper-2017", "paper-current"], default="paper-2017",
                         help="paper BLEU as tensor2tensor's get_ende_bleu.sh computed it for the paper (paper-2017, "
                              "the default) or as it does today (paper-current: unicode punctuation normalised first)")
+
+
+def _numbers(kind):
+    """A comma-separated list of numbers, e.g. 0,0.6,1.5."""
+    def parse(text: str) -> list:
+        try:
+            return [kind(item) for item in text.split(",") if item.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--config", type=Path, default=None, help="TOML run config, e.g. configs/demo.toml")
     fit.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
                      help="resume RUN_DIR with its own config.json and prepared data, instead of --config "
-                          "(--set may change the settings README 'Resuming' lists, e.g. train.lr_factor)")
+                          "(--set may change the settings docs/wmt.md 'Resuming' lists, e.g. train.lr_factor)")
     fit.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config value, e.g. model.d_model=256 (repeatable)")
     fit.add_argument("--run-dir", type=Path, default=None, help="default runs/<config name>")
@@ -140,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     translate.add_argument("--force", action="store_true", help="overwrite --output if it exists")
     translate.add_argument("--nbest", type=int, default=0, metavar="K",
                            help="the K best translations of each line, as LINE<TAB>SCORE<TAB>TEXT (K <= --beam)")
+    _add_search(translate)
     _add_decoding(translate)
     _add_debug(translate)
 
@@ -151,8 +167,24 @@ def build_parser() -> argparse.ArgumentParser:
                           help="also write the translations here (a new file; lines go to OUT.tmp-<pid> as they are "
                                "done, renamed to OUT once all are)")
     _add_paper_recipe(evaluate)
+    _add_search(evaluate)
     _add_decoding(evaluate)
     _add_debug(evaluate)
+
+    tune = commands.add_parser(
+        "tune-decoding", help="choose beam size and length penalty α on a dev set (§6.1) and store the choice "
+                              "with the run: translate, evaluate and parse-eval then use it")
+    tune.add_argument("--ckpt", type=Path, required=True, help="a checkpoint (.safetensors), e.g. an averaged one")
+    tune.add_argument("--src", type=Path, required=True, help="dev source sentences, one a line")
+    tune.add_argument("--ref", type=Path, required=True, help="dev reference translations, line by line")
+    tune.add_argument("--beams", type=_numbers(int), default=[4], metavar="B,B,...",
+                      help="beam sizes to try beside greedy (default 4)")
+    tune.add_argument("--alphas", type=_numbers(float), default=[0.0, 0.6, 1.0, 1.5, 2.0], metavar="A,A,...",
+                      help="length penalties α to try with each beam size (default 0,0.6,1,1.5,2)")
+    tune.add_argument("--n", type=int, default=0, help="only the first N dev sentences (default 0: all)")
+    tune.add_argument("--no-save", action="store_true", help="print the choice, store nothing")
+    _add_decoding(tune)
+    _add_debug(tune)
 
     score = commands.add_parser("score", help="score a file of translations: sacreBLEU, chrF, paper BLEU")
     score.add_argument("--hyp", type=Path, required=True, help="translations, one a line")
@@ -204,7 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
                             help="EVALB parameter file (default: COLLINS.prm's settings)")
     parse_eval.add_argument("--out", type=Path, default=None,
                             help="also write the parsed trees here, one a line (for `python -m train evalb`)")
-    _add_decoding(parse_eval, beam=21, alpha=0.3, max_len_b=300, section="§6.3")
+    _add_search(parse_eval, beam=21, alpha=0.3, section="§6.3")
+    _add_decoding(parse_eval, max_len_b=300, section="§6.3")
     _add_debug(parse_eval)
 
     doctor = commands.add_parser("doctor", help="versions, devices, and which backends work here")

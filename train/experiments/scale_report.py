@@ -2,7 +2,8 @@
 
     python -m train scale                                  # CPU: the cpu preset's step; MPI between 2 local ranks
     python -m train scale --backend cuda                   # one GPU: the base step at 250×100 tokens (~25k per GPU)
-    python -m train scale --preset base --step-ms 176 --gpu H100 --overlap on --nodes 2   # a setup, from a given step
+    python -m train scale --preset base --step-ms 176 --gpu H100 --overlap on --nodes 2   # a step measured elsewhere
+                                                           # (docs/results.md: H100, fp16), on 2 nodes of 8 H100s
     python -m train scale --validate                       # the model against the published runs (scale_validation)
     mpiexec -n 8 python -m train scale --backend cuda --allreduce-only   # bus bandwidth, latency, overlap of 8 GPUs
 
