@@ -11,7 +11,7 @@
    eagerly, said once, with fresh values on every call; an input still being written on the caller's
    stream (by a large product) is what the capture's warm-up sees.
 What a whole training update needs before it can be captured (device-resident dropout seeds,
-learning rate, step and token counts; inputs copied into fixed buffers) is listed in the README.
+learning rate, step and token counts; inputs copied into fixed buffers) is listed in docs/gpu_step.md.
 
     PYTHONPATH=. python benchmarks/bench_cuda_graph.py [--batch 250] [--json out.json]
 """
