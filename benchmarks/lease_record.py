@@ -122,6 +122,16 @@ def junit_counts(path: Path) -> dict:
             "failed": counts["failures"], "errors": counts["errors"], "skipped": counts["skipped"]}
 
 
+PROGRESS = re.compile(r"^([.FEsxX]+)\s*\[\s*\d+%\]\s*$", flags=re.M)   # pytest -q: one letter a test
+
+
+def progress_counts(text: str) -> dict:
+    """The counts of a pytest -q run stopped before its report, from its progress letters."""
+    letters = "".join(PROGRESS.findall(text))
+    return {"passed": letters.count("."), "failed": letters.count("F"), "errors": letters.count("E"),
+            "skipped": letters.count("s"), "cut_short": True}
+
+
 def first_failures(path: Path, count: int = 8) -> list[str]:
     """'test id: message' of the first failing or erroring tests of a JUnit report (the message's first line)."""
     found = []
@@ -149,6 +159,8 @@ def read_parts(work: Path, lane: str) -> list[dict]:
         if (work / f"{name}.xml").is_file():
             part["tests"] = _call(lambda: junit_counts(work / f"{name}.xml"))
             part["first_failures"] = _call(lambda: first_failures(work / f"{name}.xml"))
+        elif PROGRESS.search(text):                              # pytest cut short writes no report: its dots
+            part["tests"] = progress_counts(text)
         for key, pattern in (("bleu", r"^BLEU\s+([\d.]+)"), ("paper_bleu", r"^paper BLEU\s+([\d.]+)")):
             found = re.findall(pattern, text, flags=re.M)      # `train evaluate`'s report (Scores.format)
             if found:

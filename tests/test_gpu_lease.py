@@ -283,6 +283,16 @@ def test_a_test_run_in_which_nothing_passed_is_a_failed_lane(lease_record):
     assert lease_record.lane_status("ran", ran) == "passed"
 
 
+def test_a_test_run_cut_short_still_has_its_counts(lease_record, tmp_path):
+    """pytest stopped at the lane's limit writes no JUnit report: the counts come from its -q progress letters."""
+    (tmp_path / "gpu_tests.txt").write_text("....F.s. [ 40%]\n..E..... [ 80%]\n")
+    (tmp_path / "gpu_tests.parts").write_text("gpu_tests\t124\t240\t240\n")
+    record = lease_record.record_lane(tmp_path / "lease.jsonl", tmp_path, "gpu_tests", "ran", 240, 240)
+    assert record["status"] == "timed out"
+    assert record["tests"] == {"passed": 13, "failed": 1, "errors": 1, "skipped": 1, "cut_short": 1}
+    assert json.loads((tmp_path / "lease.jsonl").read_text())["tests"]["passed"] == 13
+
+
 def test_the_record_reads_the_ratios_the_fractions_and_the_defaults(lease_record):
     """What the device's parts leave (bench --json lines, the kernels' and ceilings' files), read into the numbers
     owed: time ratios to PyTorch's step, kernel rates over the copy measured in the call, DEFAULT versions re-timed."""
