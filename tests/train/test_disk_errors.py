@@ -155,6 +155,8 @@ def commands(root: Path) -> dict[str, list[str]]:
                       str(root / "translated.txt"), "--beam", "1", "--threads", "1"],
         "evaluate": ["evaluate", "--ckpt", ckpt, "--src", str(root / "test.en"), "--ref", str(root / "test.de"),
                      "--out", str(root / "evaluated.txt"), "--beam", "1", "--threads", "1"],
+        "tune-decoding": ["tune-decoding", "--ckpt", ckpt, "--src", str(root / "test.en"), "--ref",
+                          str(root / "test.de"), "--beams", "2", "--alphas", "0.6", "--threads", "1"],
         "export": ["export", "--format", "ctranslate2", "--ckpt", ckpt, "--out", str(root / "ct2")],
         "plot": ["plot", str(root / "run")],
         "export-tensorboard": ["export-tensorboard", str(root / "run")],
