@@ -21,7 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
 import numpy as np  # noqa: E402
 
-from train.run.manifest import run_containing  # noqa: E402
+from train.run.run_names import output_in_run  # noqa: E402
 from train.run.metrics import read_metrics  # noqa: E402
 from train.run.norm_plots import norms_figure  # noqa: E402
 
@@ -39,7 +39,7 @@ def save_figure(fig, path: str | Path) -> Path:
     """Write a figure atomically (temporary file, then rename) and close it; in a run directory, as one
     of the run's files (listed in its manifest; a file of the user's is never replaced)."""
     path = Path(path)
-    run = run_containing(path)
+    run = output_in_run(path, "plot")
     with run[0].writing(run[1]) if run is not None else contextlib.nullcontext(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
