@@ -140,7 +140,7 @@ def translate(args) -> int:
 
     _check_decoding(args)
     lines = read_source(args.input) if args.input is not None else None
-    run = output_in_run(args.output, "translate") if args.output is not None else None  # a link: its target's run
+    run = output_in_run(args.output, "translate")  # a link: its target's run
     if run is not None:  # --force in a run directory replaces only a file of the run's, and the output is one
         run[0].refuse_if_foreign(run[1])
     model, tokenizer = _load(args)
@@ -183,10 +183,7 @@ def evaluate(args) -> int:
 
     _check_decoding(args)
     sources, refs = _references(args.src, args.ref)
-    if args.out is not None:
-        output_in_run(args.out, "evaluate")
-    if args.out is not None and args.out.exists():
-        raise InputError(f"{args.out}: exists; choose another --out (nothing is overwritten)")
+    output_in_run(args.out, "evaluate", new=True)
     model, tokenizer = _load(args)
     with _decoding_threads(args), _progress(len(sources), "translating") as bar, \
             output_writer(args.out, False) if args.out is not None else contextlib.nullcontext(lambda text: None) as write:
@@ -354,10 +351,7 @@ def parse_eval(args) -> int:
 
     _check_decoding(args)
     params = EvalbParams.read(args.prm) if args.prm else COLLINS
-    if args.out is not None:
-        output_in_run(args.out, "parse-eval")
-    if args.out is not None and args.out.exists():
-        raise InputError(f"{args.out}: exists; choose another --out (nothing is overwritten)")
+    output_in_run(args.out, "parse-eval", new=True)
     gold_path = args.gold
     if gold_path.is_dir():  # a ptb run: the gold trees of the test split it was prepared with
         test_trees = recorded_file(gold_path, "test_tgt")

@@ -37,7 +37,7 @@ from pathlib import Path
 from train import config as config_lib
 from train.config import RunConfig
 from train.errors import InputError
-from train.run.checkpointing import run_checkpoints
+from train.run.checkpointing import WEIGHTS, run_checkpoints
 from train.run.manifest import MANIFEST_FILE, Manifest, sha256_of
 from train.run.run_data import refuse_a_run_from_before_tokens_per_update
 from train.run.run_names import FIT_NAMES, fit_writes, owner_of
@@ -196,8 +196,9 @@ def run_config_of(manifest: Manifest) -> dict | None:
 
 
 def _ever_checkpointed(manifest: Manifest) -> bool:
-    """The run wrote a checkpoint once (the manifest remembers deleted and pruned ones too)."""
-    return any(CHECKPOINT.fullmatch(name) for name in manifest.entries)
+    """The run completed a checkpoint once: its manifest recorded one whole (a user's `rm` leaves the record; a
+    pruned one had a newer one beside it; a write a kill stopped before its hash is no checkpoint)."""
+    return any(WEIGHTS.fullmatch(name) and "sha256" in entry for name, entry in manifest.entries.items())
 
 
 def _other_start(manifest: Manifest, init_from) -> str | None:
@@ -208,6 +209,8 @@ def _other_start(manifest: Manifest, init_from) -> str | None:
     if "init_from" not in identity:
         return (f"where this run started is not recorded, so --init-from {init_from} cannot be checked against it "
                 f"(it resumes from its own checkpoints)")
+    if not Path(init_from).is_file():
+        raise InputError(f"{init_from}: checkpoint not found (--init-from)")
     started, given = identity["init_from"], sha256_of(init_from)
     if started is None:
         return f"this run started from scratch, not from --init-from {init_from}"

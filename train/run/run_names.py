@@ -41,10 +41,12 @@ def fit_writes(name: str) -> bool:
     return re.fullmatch(FIT_NAMES, name) is not None
 
 
-def output_in_run(path: str | Path, command: str) -> "tuple[Manifest, str] | None":
+def output_in_run(path: str | Path | None, command: str, new: bool = False) -> "tuple[Manifest, str] | None":
     """Before `command` writes the user's `path`: (the run, the name in it) when it lies in a run directory
     (the file a symlink points to counts, and so does the link's own name), else None. A name that another
-    command owns is an InputError naming the user's place, RUN/outputs/."""
+    command owns is an InputError naming the user's place, RUN/outputs/; with `new`, so is a `path` that exists."""
+    if path is None:  # stdout
+        return None
     path = Path(path)
     for where in (path, Path(os.path.realpath(path))):
         run = run_containing(where)
@@ -53,6 +55,8 @@ def output_in_run(path: str | Path, command: str) -> "tuple[Manifest, str] | Non
             raise InputError(f"{path}: {run[0].run_dir / run[1]} is a file `{owner}` writes in its run directory "
                              f"(never another command's, --force or not); write your own outputs under "
                              f"{run[0].run_dir / OUTPUTS_DIR}/ or outside the run")
+    if new and path.exists():
+        raise InputError(f"{path}: exists; choose another --out (nothing is overwritten)")
     return run
 
 

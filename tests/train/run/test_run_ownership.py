@@ -43,21 +43,22 @@ def _translate(run_dir, output, *extra):
     return commands.translate(build_parser().parse_args(args))
 
 
-def test_translate_never_writes_a_name_fit_owns_with_force_or_through_a_link(run, tmp_path):
+@pytest.mark.parametrize("name, force", [
+    ("ckpt_00000012.safetensors", False), ("config.json", True), ("best.safetensors", True),
+    (MANIFEST_FILE, True), ("plots/loss.png", False), ("link-to:tokenizer.model", True), ("link-to:config.json", True),
+    ("outside-link-to:tokenizer.model", True), ("outside-link-to:best.safetensors", True)])
+def test_translate_never_writes_a_name_another_command_owns(run, tmp_path, name, force):
     """`translate --output RUN/ckpt_00000012.safetensors` was recorded as the run's checkpoint (the next fit resumed
-    from text and pruned the real one); with --force or through a symlink it replaced config.json or the tokenizer.
-    Every such name is refused, naming RUN/outputs/, and nothing in the run changes."""
+    from text and pruned the real one); with --force or through a symlink (in the run or outside it) it replaced
+    config.json, best.safetensors or the tokenizer; at a plot's name, `plot` overwrote the translation. Each is
+    refused, naming RUN/outputs/, and nothing in the run changes; RUN/outputs/ takes the translation."""
+    where, _, target = name.rpartition(":")
+    output = {"": run / target, "link-to": run / "mine.txt", "outside-link-to": tmp_path / "mine.txt"}[where]
+    if where:
+        output.symlink_to(run / target)
     before = contents(run)
-    link = tmp_path / "link.txt"
-    link.symlink_to(run / "tokenizer.model")
-    inner = run / "mine.txt"
-    inner.symlink_to(run / "config.json")
-    for output, extra in ((run / "ckpt_00000012.safetensors", ()), (run / "config.json", ("--force",)),
-                          (link, ("--force",)), (inner, ("--force",)), (run / "best.safetensors", ("--force",)),
-                          (run / MANIFEST_FILE, ("--force",)), (run / "plots" / "loss.png", ())):
-        with pytest.raises(InputError, match=f"write your own outputs under {run / 'outputs'}/"):
-            _translate(run, output, *extra)
-    inner.unlink()
+    with pytest.raises(InputError, match=f"write your own outputs under {run / 'outputs'}/"):
+        _translate(run, output, *(["--force"] if force else []))
     assert contents(run) == before
     assert _translate(run, run / "outputs" / "hyp.txt") == 0
     quiet_fit(run, "train.max_steps=12")  # resumes from its own checkpoint 10, as if nobody had written there
@@ -66,24 +67,26 @@ def test_translate_never_writes_a_name_fit_owns_with_force_or_through_a_link(run
     assert (run / "outputs" / "hyp.txt").read_text().count("\n") == 2
 
 
-def test_evaluate_export_average_and_export_tensorboard_refuse_fits_names(run, tmp_path):
-    """The same rule for every writer: evaluate --out, export --out, average --out, export-tensorboard --out."""
+@pytest.mark.parametrize("command, out", [
+    ("evaluate", "ckpt_00000012.safetensors"), ("evaluate", "plots/bleu.png"),
+    ("export", "ckpt_00000012.safetensors"), ("export", "plots"), ("export", "tensorboard"),
+    ("average", "best.safetensors"), ("average", "ckpt_00000012.optimizer.safetensors"),
+    ("export-tensorboard", "tensorboard")])
+def test_every_writer_refuses_a_name_another_command_owns(run, tmp_path, command, out):
+    """The same rule, one function, for evaluate --out, export --out, average --out and export-tensorboard --out."""
     source, ref = tmp_path / "src.txt", tmp_path / "ref.txt"
     source.write_text("one two\n")
     ref.write_text("eins zwei\n")
     ckpt = str(run / "best.safetensors")
+    argv = {"evaluate": ["evaluate", "--ckpt", ckpt, "--src", str(source), "--ref", str(ref), "--backend", "numpy",
+                         "--threads", "1"],
+            "export": ["export", "--format", "ctranslate2", "--ckpt", ckpt],
+            "average": ["average", str(run), "--last", "2", "--force"],
+            "export-tensorboard": ["export-tensorboard", str(run)]}[command] + ["--out", str(run / out)]
+    args = build_parser().parse_args(argv)
     before = contents(run)
-    refused = [["evaluate", "--ckpt", ckpt, "--src", str(source), "--ref", str(ref), "--backend", "numpy",
-                "--threads", "1", "--out", str(run / "ckpt_00000012.safetensors")],
-               ["export", "--format", "ctranslate2", "--ckpt", ckpt, "--out", str(run / "ckpt_00000012.safetensors")],
-               ["export", "--format", "ctranslate2", "--ckpt", ckpt, "--out", str(run / "plots")],
-               ["average", str(run), "--last", "2", "--force", "--out", str(run / "best.safetensors")],
-               ["export-tensorboard", str(run), "--out", str(run / "tensorboard")]]
-    parser = build_parser()
-    for argv in refused:
-        args = parser.parse_args(argv)
-        with pytest.raises(InputError, match=f"write your own outputs under {run / 'outputs'}/"):
-            getattr(commands, args.command.replace("-", "_"))(args)
+    with pytest.raises(InputError, match=f"write your own outputs under {run / 'outputs'}/"):
+        getattr(commands, args.command.replace("-", "_"))(args)
     assert contents(run) == before
 
 
