@@ -6,7 +6,15 @@ averaged, pruned, overwritten or deleted. `fit` accepts a folder that does not e
 or holds a manifest. A folder with files but no manifest is not a run, whatever the files are
 called (`config.json`, `tokenizer.model`, ...): it is refused, with or without `--force`, its
 files named, nothing in it touched. `--force` starts a run over by deleting the files the
-manifest lists whose bytes are still the ones recorded, then writes a new manifest.
+manifest lists under this tool's own names (train/run/run_names.py) whose bytes are still the
+ones recorded, saying which, then writes a new manifest; a user's outputs stay.
+
+A run is its record, not its files: the manifest's identity line holds its config, data key,
+tokenizer hash and `--init-from` file (path and sha256). Deleting its checkpoints or moving its
+config.json out never makes it a new run: another config, model size or start is refused, naming
+both, and config.json is written again from the record. A start is checked whole first
+(`plan_start`, then the data, the tokenizer and the shapes in train/run/loop.py): only then does
+the run directory change (`commit_start`), so a failed start writes nothing.
 
 Runs made before manifests existed are adopted once, by the first `fit` that opens them,
 when the proof is there: config.json is a run config of this tool, the folder holds at least
@@ -46,7 +54,6 @@ from transformer.checkpoint import CheckpointError, load_checkpoint
 LOCK_FILE = "run.lock"
 CONFIG_FILE = "config.json"
 CHECKPOINT = re.compile(r"ckpt_(\d{8})(\.optimizer)?\.safetensors")
-# The files `fit` writes: an unlisted file of one of these names in a run stops `fit` before it starts.
 # Every name this tool writes in a run directory (what a run made before manifests may hold).
 _OURS = re.compile(FIT_NAMES + r"|test\.hyp|averaged_last\d+\.safetensors"
                    r"|plots/(loss|perplexity|lr|bleu|tokens_per_s|attention|norms)\.png"

@@ -57,6 +57,8 @@ def output_in_run(path: str | Path | None, command: str, new: bool = False) -> "
                              f"{run[0].run_dir / OUTPUTS_DIR}/ or outside the run")
     if new and path.exists():
         raise InputError(f"{path}: exists; choose another --out (nothing is overwritten)")
+    if run is not None and run[1].startswith(OUTPUTS_DIR + "/"):  # the place the errors name is there to write in
+        (run[0].run_dir / OUTPUTS_DIR).mkdir(exist_ok=True)
     return run
 
 

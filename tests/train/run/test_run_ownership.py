@@ -88,6 +88,9 @@ def test_every_writer_refuses_a_name_another_command_owns(run, tmp_path, command
     with pytest.raises(InputError, match=f"write your own outputs under {run / 'outputs'}/"):
         getattr(commands, args.command.replace("-", "_"))(args)
     assert contents(run) == before
+    if command == "evaluate":  # the place the error names takes the output
+        args = build_parser().parse_args(argv[:-1] + [str(run / "outputs" / "test.hyp")])
+        assert commands.evaluate(args) == 0 and (run / "outputs" / "test.hyp").is_file()
 
 
 def test_deleting_a_finished_runs_checkpoints_does_not_make_it_a_new_run(run):
@@ -167,3 +170,22 @@ def test_force_deletes_only_the_tools_files_and_says_which(run, capsys):
     assert "deleted" in said and "ckpt_00000008.safetensors" in said and "best.safetensors" in said
     assert {p: p.read_bytes() for p in mine} == mine
     assert Manifest.load(run).owns("hyp.txt")  # still the run's listed output: translate --force may replace it
+
+
+def test_the_refusals_are_one_line_errors_on_the_command_line(run, tmp_path):
+    """What a user sees: `error: ...` on one line, exit status 2, no traceback, the run untouched."""
+    from tests.cli_helpers import assert_one_line_error, run_cli
+
+    source = tmp_path / "src.txt"
+    source.write_text("one two\n")
+    before = contents(run)
+    result = run_cli("translate", "--ckpt", str(run / "best.safetensors"), "--input", str(source), "--backend",
+                     "numpy", "--output", str(run / "config.json"), "--force")
+    assert_one_line_error(result, "config.json is a file `fit` writes", f"{run / 'outputs'}/")
+    assert contents(run) == before
+    for checkpoint in run.glob("ckpt_*.safetensors"):
+        checkpoint.unlink()
+    before = contents(run)
+    assert_one_line_error(run_cli("fit", "--resume", str(run), "--no-progress"), "no checkpoint left",
+                          "best.safetensors")
+    assert contents(run) == before
