@@ -256,7 +256,7 @@ def plan_start(run_config: RunConfig, manifest: Manifest, force: bool, init_from
     if changed:
         shown = ", ".join(f"{k} ({_lookup(old, k)!r} -> {_lookup(new, k)!r})" for k in changed[:3])
         raise InputError(f"{run_dir}: this run was started with a different config: {shown}; resume with the same "
-                         f"settings (those that may change: README, 'Resuming'), use another --run-dir, "
+                         f"settings (those that may change: docs/wmt.md, 'Resuming'), use another --run-dir, "
                          f"or --force to start over")
     if other_start:
         raise InputError(f"{run_dir}: {other_start}; leave out --init-from to resume this run, fine-tune in "

@@ -1,11 +1,11 @@
 """One owner per name in a run directory: which command writes each of the names this tool uses there.
 
 `fit` writes, reads back and prunes its own names (config.json, the checkpoints, best.safetensors,
-...); `average`, `plot`, `export-tensorboard` and the demo each own theirs. Every command that writes
-a file or folder the user names (translate --output, evaluate --out, export --out, average --out,
-parse-eval --out, export-tensorboard --out) asks `output_in_run` first: a name owned by another
-command is refused, with or without --force and through any symlink, and the error names the
-place that is the user's: RUN/outputs/ (nothing of this tool's is ever written, read or deleted there).
+...); `average`, `plot`, `export-tensorboard`, `tune-decoding` and the demo each own theirs. Every
+command that writes a file or folder the user names (translate --output, evaluate --out, export
+--out, average --out, parse-eval --out, export-tensorboard --out) asks `output_in_run` first: a name
+owned by another command is refused, with or without --force and through any symlink, and the error
+names the place that is the user's: RUN/outputs/ (nothing of this tool's is written, read or deleted there).
 """
 
 import os
@@ -24,6 +24,7 @@ _OWNERS = {  # name (relative, '/'-separated) -> the one command that writes it
     "plot": re.compile(r"plots(/(loss|perplexity|lr|bleu|tokens_per_s|attention|norms)\.png)?"),
     "export-tensorboard": re.compile(r"tensorboard-export(/.*)?"),
     "demo": re.compile(r"test\.hyp"),
+    "tune-decoding": re.compile(r"decoding\.json"),
 }
 _TEMPORARY = re.compile(r"(.+)\.tmp-\d+")  # an atomic write's temporary: its file's owner's (settle deletes it)
 
