@@ -58,7 +58,7 @@ def test_numba_cuda_kernels_match_reference_under_simulator():
 
 
 def test_import_numba_cuda_restores_row_stack_only_when_missing(monkeypatch):
-    from minitensor.backends.numba_cuda_compat import import_numba_cuda
+    from minitensor.kernels.numba_cuda_compat import import_numba_cuda
 
     if "row_stack" in vars(np):  # NumPy < 2.5: pretend it is 2.5, where the alias is gone
         monkeypatch.delattr(np, "row_stack")

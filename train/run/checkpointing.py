@@ -38,7 +38,7 @@ import numpy as np
 
 from train.data.tokenizer import Tokenizer
 from train.errors import InputError
-from train.run.manifest import MANIFEST_FILE, Manifest, run_containing
+from train.run.manifest import MANIFEST_FILE, Manifest, fit_writes, run_containing
 from transformer.checkpoint import (OPTIMIZER_PREFIX, CheckpointError, average_checkpoints, checkpoint_path,
                                    is_weight, load_checkpoint, load_model, load_weights, newest_valid,
                                    restore_optimizer, save_checkpoint, save_model)
@@ -311,8 +311,6 @@ def average_last(run_dir: Path, last: int | None = None, out: Path | None = None
         raise InputError(f"{out}: one of the run's checkpoints; choose another --out (an average never replaces one)")
     run = run_containing(out)  # in a run directory (this one or another, at any depth): a file of that run's
     if run is not None:
-        from train.run.run_dir import fit_writes  # (run_dir imports this module)
-
         if fit_writes(run[1]):  # best.safetensors, an optimizer file, a new ckpt_* name: the run's, --force or not
             raise InputError(f"{out}: a file `fit` writes in its run directory; an average never takes its place: "
                              f"choose another --out")

@@ -25,6 +25,7 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import socket
 import uuid
 from pathlib import Path
@@ -35,6 +36,17 @@ from train.errors import InputError
 
 MANIFEST_FILE = "manifest.jsonl"
 FORMAT = 1
+# The files `fit` writes: an unlisted file of one of these names in a run stops `fit` before it starts,
+# and no other command (`average --out`) may take one's place.
+FIT_NAMES = (r"config\.json|prepared\.json|metrics\.jsonl|tokenizer\.(model|vocab)|run\.lock|best\.safetensors"
+             r"|ckpt_\d{8}(\.optimizer)?\.safetensors")
+_FIT_WRITES = re.compile(FIT_NAMES)
+
+
+def fit_writes(name: str) -> bool:
+    """True for a name (relative to a run directory, '/'-separated) that `fit` writes there: config.json,
+    metrics.jsonl, the checkpoints and their optimizer files, best.safetensors, ..."""
+    return bool(_FIT_WRITES.fullmatch(name))
 
 
 def sha256_of(path: Path, size: int | None = None, block: int = 1 << 24) -> str:

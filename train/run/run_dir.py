@@ -36,28 +36,18 @@ from train import config as config_lib
 from train.config import RunConfig
 from train.errors import InputError
 from train.run.checkpointing import run_checkpoints
-from train.run.manifest import MANIFEST_FILE, Manifest, sha256_of
+from train.run.manifest import FIT_NAMES, MANIFEST_FILE, Manifest, fit_writes, sha256_of
 from train.run.run_data import refuse_a_run_from_before_tokens_per_update
 from transformer.checkpoint import CheckpointError, load_checkpoint
 
 LOCK_FILE = "run.lock"
 CONFIG_FILE = "config.json"
 CHECKPOINT = re.compile(r"ckpt_(\d{8})(\.optimizer)?\.safetensors")
-# The files `fit` writes: an unlisted file of one of these names in a run stops `fit` before it starts.
-_FIT_NAMES = (r"config\.json|prepared\.json|metrics\.jsonl|tokenizer\.(model|vocab)|run\.lock|best\.safetensors"
-              r"|ckpt_\d{8}(\.optimizer)?\.safetensors")
-_FIT_WRITES = re.compile(_FIT_NAMES)
 # Every name this tool writes in a run directory (what a run made before manifests may hold).
-_OURS = re.compile(_FIT_NAMES + r"|test\.hyp|averaged_last\d+\.safetensors"
+_OURS = re.compile(FIT_NAMES + r"|test\.hyp|averaged_last\d+\.safetensors"
                    r"|plots/(loss|perplexity|lr|bleu|tokens_per_s|attention|norms)\.png"
                    r"|(tensorboard|tensorboard-export)/events\.out\.tfevents\.\d+\.[^/]+")
 _OUR_FOLDERS = ("plots", "tensorboard", "tensorboard-export")
-
-
-def fit_writes(name: str) -> bool:
-    """True for a name (relative to a run directory, '/'-separated) that `fit` writes there: config.json,
-    metrics.jsonl, the checkpoints and their optimizer files, best.safetensors, ..."""
-    return bool(_FIT_WRITES.fullmatch(name))
 
 
 def _entries(run_dir: Path):
@@ -139,7 +129,7 @@ def open_run(run_dir: Path, adopt: list[str] | None) -> Manifest:
     else:
         manifest = Manifest.create(run_dir)
     listed = set(manifest.listed())
-    blocking = [n for n in _entries(run_dir) if _FIT_WRITES.fullmatch(n) and n not in listed]
+    blocking = [n for n in _entries(run_dir) if fit_writes(n) and n not in listed]
     if blocking:
         raise InputError(f"{run_dir}: holds {_named(blocking)}, which this tool did not write (not in "
                          f"{MANIFEST_FILE}) and would overwrite; nothing was changed; move them out of the run "
