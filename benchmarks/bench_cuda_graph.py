@@ -1,4 +1,4 @@
-"""CUDA graphs and cuBLAS plans on the GPU: the proof and the timings of issue #27 (gpu_lease.sh call2).
+"""CUDA graphs and cuBLAS plans on the GPU: the proof and the timings (gpu_lease.sh call2).
 
 1. cuBLAS planning: host µs per product through cupy_blas, planned on every call vs replayed from
    the plan dict (a Linear of the base step, bf16 (25000, 512) @ (512, 512)).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU lease: every GPU measurement the project owes (issue #26), in two commands on one warm
+# The GPU lease: every GPU measurement the project owes, in two commands on one warm
 # machine. A lease is rare and short (15 device minutes in all, the machine's start included; one
 # command at most 10 minutes; no package registry; only the working tree travels, not ../shared):
 #
@@ -19,7 +19,7 @@
 #                                          # and a CUDA graph of the base forward + backward
 #   bash benchmarks/gpu_lease.sh plan      # each call's parts (lane, name, timeout, command): what
 #                                          # tests/test_gpu_lease.py checks on the CPU
-#   bash benchmarks/gpu_lease.sh ablate table3|recipe   # issue #18, Table 3 on Multi30k: a lease
+#   bash benchmarks/gpu_lease.sh ablate table3|recipe   # Table 3 on Multi30k: a lease
 #       of its own (est. 20-25 min: several leases); each call resumes the grid from the
 #       <grid>_state.tar it left in $OUT, carried back as .device_data/<grid>_state.tar.
 #
@@ -124,7 +124,7 @@ speed() {
   part step_fp32 45 python3 -m train bench --backend cuda --precision fp32 --steps 5 --warmup 2 --json
   part profile_bf16 20 python3 -m train bench --backend cuda --precision bf16 --steps 3 --warmup 1 --no-peer --profile
   part nccl_fit 45 python3 benchmarks/bench_data_parallel.py --steps 40 --json "$work/nccl_fit.json"
-  # issue #27: the row kernels against the copy ceiling (softmax, LayerNorm, the fused sub-layer
+  # the row kernels against the copy ceiling (softmax, LayerNorm, the fused sub-layer
   # connection both ways, bias + ReLU, the bias's column sums), then cuBLAS plans replayed and the
   # base forward + backward captured as a CUDA graph (gradients vs eager, GPU and host ms)
   part kernels 25 python3 benchmarks/bench_gpu_kernels.py --only softmax,layernorm,sublayer,bias \
@@ -163,7 +163,7 @@ prepare() {
   echo "each call's parts and timeouts: bash benchmarks/gpu_lease.sh plan"
 }
 
-# ---- ablate: issue #18's grids, a lease of their own ------------------------------------------
+# ---- ablate: Table 3's grids, a lease of their own --------------------------------------------
 ablate() {
   local grid=${1:-table3} args dir
   case "$grid" in

@@ -1,4 +1,4 @@
-"""Issue 8, reliability: kills, signals, divergence, full disks, bad input, and no pickle/eval.
+"""Reliability: kills, signals, divergence, full disks, bad input, and no pickle/eval.
 
 Every fault here is listed in README.md, "Faults we test". Training runs use a
 tiny model on the built-in task (numpy backend, one thread), so the whole file
@@ -167,8 +167,8 @@ def test_sigkill_during_data_preparation_then_rerun_prepares_the_same_files(tmp_
 
 # ------------------------------------------------------------------ 1b. what is not ours, and one writer
 def test_force_in_a_folder_that_was_never_a_run_deletes_nothing(tmp_path):
-    """The reported loss: `fit --run-dir DIR --force` in a folder of the user's deleted data/train.en,
-    cache/notes.txt and a file named plots. Now it is refused, with or without --force, and nothing changes."""
+    """`fit --run-dir DIR --force` in a folder of the user's must not delete data/train.en, cache/notes.txt
+    or a file named plots: it is refused, with or without --force, and nothing changes."""
     folder = tmp_path / "mine"
     for name, text in (("data/train.en", "my corpus\n"), ("cache/notes.txt", "notes"), ("plots", "a file")):
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
@@ -216,8 +216,8 @@ def test_second_writer_is_refused_and_a_dead_holders_lock_is_taken_over(tmp_path
 
 
 def test_deleting_run_lock_admits_no_second_trainer(tmp_path):
-    """Failure 2 of issue 29: after `rm run.lock` a second `fit` trained in the same folder; checkpoints of both
-    runs mixed and metrics.jsonl had two step-20 records. The lock is on the folder itself now."""
+    """After `rm run.lock` a second `fit` must not train in the same folder (checkpoints of both runs would mix,
+    metrics.jsonl would hold two step-20 records): the lock is on the folder itself."""
     run_dir = tmp_path / "run"
     with trainer(run_dir, tmp_path / "first.log"):
         (run_dir / "run.lock").unlink()

@@ -2,7 +2,7 @@
 
 Shapes: B sentences, S source length, T target length, V vocab.
 
-Presets (what the issues measure):
+Presets:
   base  Table 3 "base" on the GPU: 37k shared vocab, 250 × 100 tokens per side (§5.1's ~25k target tokens)
   cpu   d_model 256, 3+3 layers, 4 heads, d_ff 1024, 8k vocab, 64 × 32 tokens per side
 

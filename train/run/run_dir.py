@@ -37,7 +37,7 @@ from train.config import RunConfig
 from train.errors import InputError
 from train.run.checkpointing import run_checkpoints
 from train.run.manifest import FIT_NAMES, MANIFEST_FILE, Manifest, fit_writes, sha256_of
-from train.run.run_data import refuse_a_run_from_before_tokens_per_update
+from train.run.run_data import refuse_a_config_with_train_accum
 from transformer.checkpoint import CheckpointError, load_checkpoint
 
 LOCK_FILE = "run.lock"
@@ -176,7 +176,7 @@ def start_run(run_config: RunConfig, manifest: Manifest, force: bool, say=print)
         old = json.loads(saved.read_text(encoding="utf-8"))
         changed = [k for k in config_lib.diff(old, new) if k not in config_lib.RESUMABLE_KEYS]
         if run_checkpoints(manifest.run_dir):
-            refuse_a_run_from_before_tokens_per_update(old, manifest.run_dir)
+            refuse_a_config_with_train_accum(old, manifest.run_dir)
         if changed and not run_checkpoints(manifest.run_dir):
             manifest = start_over(manifest, say)
             resuming = False

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 @pytest.mark.parametrize("name", ["wmt14_en_de_base", "wmt14_en_de_big", "wmt14_en_fr_big"])
 def test_the_wmt_recipe_has_the_papers_update_on_1_to_8_gpus(name):
-    """§5.1's ~25,000 tokens per update on 1 GPU and on 8, not 8 × 25,000 (issue #28, item 1)."""
+    """§5.1's ~25,000 tokens per update on 1 GPU and on 8, not 8 × 25,000."""
     train = config_lib.load(ROOT / "configs" / f"{name}.toml").train
     plans = {k: plan_update(train, k) for k in range(1, 9)}
     for k in (1, 2, 4, 5, 8):                                   # the shares divide 25,000 exactly

@@ -1,4 +1,4 @@
-"""Starting many ranks: launcher detection, one GPU per local rank, and what is missing said plainly (issue #26).
+"""Starting many ranks: launcher detection, one GPU per local rank, and what is missing said plainly.
 
 The GPU machine had mpi4py without an MPI library (`from mpi4py import MPI` fails) and CuPy
 without libnccl (`from cupy.cuda import nccl` succeeds, `nccl.available` is False). Both are

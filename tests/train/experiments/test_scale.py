@@ -74,7 +74,7 @@ def test_the_model_predicts_nvidias_a100_scaling_within_5_points():
     assert v["rows"][8]["measured"] == pytest.approx(0.840, abs=5e-4)
     for n in (4, 8):
         assert abs(v["rows"][n]["efficiency"] - v["rows"][n]["measured"]) < 0.05, v["rows"][n]
-    assert v["rows"][8]["straggler"] > 1.05                       # the term the old model missed
+    assert v["rows"][8]["straggler"] > 1.05                       # the term a model without stragglers misses
     assert 5.0 < v["rows"][8]["allreduce_ms"] < 10.0
 
 

@@ -1,5 +1,5 @@
-"""The habits of fairseq users (issue 29): `fit --resume RUN_DIR`, settings that may change on resume,
-`--init-from CKPT`, `score`, and paper BLEU reported unavailable without sacremoses (issue 26)."""
+"""What fairseq users expect: `fit --resume RUN_DIR`, settings that may change on resume, `--init-from CKPT`,
+`score`, and paper BLEU reported unavailable without sacremoses (training and evaluation go on)."""
 
 import json
 import subprocess
@@ -59,14 +59,14 @@ def test_resume_reads_the_runs_config_and_takes_the_settings_that_may_change(tmp
     assert_one_line_error(run_cli("fit"), "fit needs --config CONFIG", "or --resume RUN_DIR")
 
 
-def test_a_run_from_before_tokens_per_update_is_refused_with_the_way_on(tmp_path):
+def test_a_run_config_with_train_accum_is_refused_with_the_way_on(tmp_path):
     run_dir = tmp_path / "run"
     ok(run_cli(*fit_args(run_dir, "train.max_steps=2")))
     saved = json.loads((run_dir / "config.json").read_text())
     del saved["train"]["tokens_per_update"]
-    saved["train"]["accum"] = 2                                  # what config.json held before issue #28
+    saved["train"]["accum"] = 2                                  # micro-batches per update, not tokens
     (run_dir / "config.json").write_text(json.dumps(saved))
-    (run_dir / "manifest.jsonl").unlink()                        # nor had runs a manifest then (issue #29)
+    (run_dir / "manifest.jsonl").unlink()                        # and no manifest: refused before adoption
     for command in (["fit", "--resume", str(run_dir)], fit_args(run_dir, "train.max_steps=4")):
         assert_one_line_error(run_cli(*command), "started before train.tokens_per_update replaced train.accum "
                               "(accum 2)", f"if it saved any: --init-from {run_dir}/<a ckpt_*.safetensors>")
@@ -104,7 +104,7 @@ def test_init_from_starts_a_new_run_from_the_weights_and_tokenizer(tmp_path):
 
 def test_a_fine_tuning_run_resumes_with_its_given_tokenizer(tmp_path):
     """Ctrl-C in a fine-tuning run, then --resume (or the same call): its data is prepared again with the
-    tokenizer it was given, not one trained from config.tokenizer (which the run then refused as changed data)."""
+    tokenizer it was given, not one trained from config.tokenizer (which the run would refuse as changed data)."""
     quiet_fit(tmp_path / "base", "train.max_steps=4")
     ckpt = tmp_path / "base" / "ckpt_00000004.safetensors"
     tuned_dir = tmp_path / "tuned"
@@ -135,8 +135,8 @@ WITHOUT_SACREMOSES = "import sys; sys.modules['sacremoses'] = None; from train._
 
 
 def test_training_and_evaluate_survive_a_missing_sacremoses(tmp_path, monkeypatch):
-    """Issue 26: sacremoses was missing on the GPU machine's image, and `fit`'s first validation and `evaluate`
-    crashed in paper_bleu. Both run here with `import sacremoses` failing."""
+    """A machine may lack sacremoses: `fit`'s validation and `evaluate` must not crash in paper_bleu. Both run
+    here with `import sacremoses` failing."""
     monkeypatch.setitem(sys.modules, "sacremoses", None)
     result = quiet_fit(tmp_path / "run", "train.max_steps=2", "train.valid_every=1")
     assert result.progress.step == 2 and "bleu" in result.last_valid
