@@ -4,7 +4,7 @@ Shapes: B batch, H heads, Tq queries, Tk keys, D = d_model, K = d_k, Kv = d_v.
 The fused model runs its stacks time-major, tokens (T, B, D) (model.py says why).
 
 `TransformerConfig.impl = "fused"` runs these; `"composed"` (the default) runs the
-op-by-op code they replace. Each has its twin, and tests/test_fused_vs_composed.py
+op-by-op code they replace. Each has its twin, and tests/minitensor/test_fused_vs_composed.py
 ties the two together (values and gradients in float64), as does a test that trains
 a few steps both ways:
 
