@@ -179,7 +179,6 @@ class Decoder(nn.Module):
         return DecoderCache(layers, src_mask[rows] if beam > 1 else src_mask)
 
 
-
 def _rows(a: mt.Tensor, rows, axis: int) -> mt.Tensor:
     """a's entries `rows` along its batch axis (beam tiling and reordering)."""
     return a[(slice(None),) * axis + (a.backend.asarray(rows),)]

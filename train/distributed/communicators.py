@@ -22,8 +22,7 @@ Every rank must issue the same collectives in the same order; train/run/step.py 
 train/distributed/grad_sync.py are written so that they do, whatever data each rank holds.
 
 A launch is recognised by the variables every MPI launcher sets for its processes
-(PMI_* for MPICH's mpiexec and Intel MPI, OMPI_* for Open MPI, PMIX_* and SLURM_STEP_NUM_TASKS
-for srun). Many nodes: the ranks of one node are found by MPI's shared-memory split
+(train/distributed/launch.py). Many nodes: the ranks of one node are found by MPI's shared-memory split
 (MPI_COMM_TYPE_SHARED), whatever the launcher and however it placed the ranks; each takes the
 GPU of its local rank (`launch.device_index`), one GPU per rank.
 
