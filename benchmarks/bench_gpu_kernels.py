@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import time
 
 import cupy as cp
@@ -369,9 +370,10 @@ def main(only=""):
             start = time.perf_counter()
             bench(table, rng)
             print(f"[{name}: {time.perf_counter() - start:.1f} s]", flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"dram_copy_gbps": table.peak_gbps, "rows": table.rows}, f, indent=1)
+            if args.json:   # after each bench, whole (renamed into place): a run stopped at its limit keeps its rows
+                with open(f"{args.json}.tmp", "w") as f:
+                    json.dump({"dram_copy_gbps": table.peak_gbps, "rows": table.rows}, f, indent=1)
+                os.replace(f"{args.json}.tmp", args.json)
     table.print()
 
 

@@ -13,7 +13,7 @@ from transformer.config import TransformerConfig
 from transformer.model import Transformer
 
 COMMANDS = ["demo", "prepare", "fit", "translate", "evaluate", "score", "average", "plot", "export-tensorboard",
-            "doctor", "bench", "export", "ablate", "scale", "evalb", "parse-eval"]
+            "doctor", "bench", "export", "ablate", "scale", "evalb", "parse-eval", "tune-decoding"]
 
 
 def test_every_command_has_help():

@@ -1,6 +1,6 @@
 """Reliability: kills, signals, divergence, full disks, bad input, and no pickle/eval.
 
-Every fault here is listed in README.md, "Faults we test". Training runs use a
+Every fault here is listed in docs/faults.md. Training runs use a
 tiny model on the built-in task (numpy backend, one thread), so the whole file
 takes well under a minute on 2 cores. Bad inputs already covered by
 tests/train/test_cli.py (mismatched line counts, non-UTF-8, unknown config key,
@@ -475,7 +475,7 @@ def test_any_truncation_or_flipped_tensor_byte_is_a_checkpoint_error(tmp_path_fa
     if data.draw(st.booleans(), label="truncate"):
         cut = data.draw(st.integers(0, len(checkpoint_bytes) - 1), label="cut")
         path.write_bytes(checkpoint_bytes[:cut])
-    else:  # a flipped bit in the tensor bytes (the header is JSON: see the README table)
+    else:  # a flipped bit in the tensor bytes (the header is JSON: see docs/faults.md)
         start = 8 + int.from_bytes(checkpoint_bytes[:8], "little")
         at = data.draw(st.integers(start, len(checkpoint_bytes) - 1), label="at")
         bit = data.draw(st.integers(0, 7), label="bit")

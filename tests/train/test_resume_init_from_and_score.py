@@ -54,7 +54,7 @@ def test_resume_reads_the_runs_config_and_takes_the_settings_that_may_change(tmp
     assert "restored ckpt_00000004.safetensors" in out and "done: step 5" in out
     refused = run_cli("fit", "--resume", str(run_dir), "--set", "model.d_model=32")
     assert_one_line_error(refused, "this run was started with a different config: model.d_k (8 -> 16), "
-                          "model.d_model (16 -> 32)", "those that may change: README, 'Resuming'")
+                          "model.d_model (16 -> 32)", "those that may change: docs/wmt.md, 'Resuming'")
     assert_one_line_error(run_cli("fit", "--resume", str(tmp_path / "nothing")), "not a run directory")
     assert_one_line_error(run_cli("fit"), "fit needs --config CONFIG", "or --resume RUN_DIR")
 

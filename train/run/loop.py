@@ -19,7 +19,7 @@ again continues exactly as if the run had never stopped. Nothing in a run direct
 overwritten or deleted unless the manifest lists it (`force=True` starts the run over,
 deleting those files only), and one process at a time trains in it (train/run/run_dir.py).
 
-Many devices (README, "Many GPUs"): `fit(..., comm=)` trains data-parallel over the ranks
+Many devices (docs/many_gpus.md): `fit(..., comm=)` trains data-parallel over the ranks
 of a train/distributed/communicators.py communicator; every rank takes its share of each update
 (batching.shard, train/run/ranks.py), rank 0 alone writes, logs and validates.
 
@@ -127,7 +127,7 @@ def fit(run_config: RunConfig, run_dir: str | Path, force: bool = False, reset_o
     (checked before anything is written), CheckpointError for an unusable checkpoint.
     `comm` (train/distributed/communicators.py; default one process): data-parallel training over its ranks.
     Rank 0 alone writes the run directory, logs, validates and checkpoints; the others read
-    what it prepared and train their share of every update (README, "Many GPUs").
+    what it prepared and train their share of every update (docs/many_gpus.md).
     `tensorboard`: also write every metric live to run_dir/tensorboard (train/run/tensorboard.py).
     `init_from`: a new run starts from this model file's weights and tokenizer (fine-tuning); a run
     that has a checkpoint resumes from it instead.

@@ -183,7 +183,7 @@ def start_run(run_config: RunConfig, manifest: Manifest, force: bool, say=print)
         elif changed:
             shown = ", ".join(f"{k} ({_lookup(old, k)!r} -> {_lookup(new, k)!r})" for k in changed[:3])
             raise InputError(f"{saved}: this run was started with a different config: {shown}; resume with the same "
-                             f"settings (those that may change: README, 'Resuming'), use another --run-dir, "
+                             f"settings (those that may change: docs/wmt.md, 'Resuming'), use another --run-dir, "
                              f"or --force to start over")
         else:
             changes = {k: (_lookup(old, k), _lookup(new, k)) for k in config_lib.diff(old, new)}

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from minitensor.autograd import backward
+from minitensor.backends.cuda_graph import refuse_in_capture
 from minitensor.optim import clip_grad_norm
 from train.distributed.global_batch import count_update
 from train.distributed.grad_sync import GradSync
@@ -64,6 +65,7 @@ def train_step(model, batches, optimizer, loss_fn, scaler=None, clip_norm: float
     for j, (src, tgt_in, tgt_out) in real:
         streams.select(j)
         out = loss_fn(model(src, tgt_in), tgt_out)                          # (B, T, V) logits -> mean loss
+        refuse_in_capture("the loss weight (the batch's share of the target tokens) is a host number")
         weighted = out.loss * (out.n_tokens / max(n_target, 1))             # Σ over batches and ranks = mean over all tokens
         last = j == real[-1][0]                                              # its backward makes the gradients final
         backward(weighted if scaler is None else scaler.scale_loss(weighted),

@@ -188,7 +188,7 @@ def test_threads_share_the_batches_and_change_no_output(run, monkeypatch):
 
 
 def test_profile_search_runs_the_readable_search_beside_the_fast_one(run, tmp_path):
-    """benchmarks/profile_search.py (README, "Measured"): search.py's Tensor ops run Numba's parallel kernels,
+    """benchmarks/profile_search.py (docs/results.md, "CPU speed"): search.py's Tensor ops run Numba's parallel kernels,
     which must not be entered from several Python threads at once (Numba's workqueue aborts the process);
     translate's per-thread batches are for fast_search.py, so search.py decodes its batches in one thread."""
     ckpt, model, tokenizer = run

@@ -99,7 +99,7 @@ def test_the_probe_changes_nothing_it_measures():
 
 
 def test_a_large_shared_ffn_output_collapses_a_post_norm_encoder():
-    # The mechanism seen on the WSJ sample (README, "Parsing as translation"): when the last encoder
+    # The mechanism seen on the WSJ sample (docs/parsing.md): when the last encoder
     # FFN's output is dominated by a part shared by every word (here its bias b2 = ±c, mean 0 so that
     # LayerNorm does not subtract it), the post-norm LayerNorm(x + F) divides the words' differences
     # by about |F|, and the memory is one vector.
