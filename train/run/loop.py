@@ -23,7 +23,7 @@ Many devices (docs/many_gpus.md): `fit(..., comm=)` trains data-parallel over th
 of a train/distributed/communicators.py communicator; every rank takes its share of each update
 (batching.shard, train/run/ranks.py), rank 0 alone writes, logs and validates.
 
-Faults (tests/test_reliability.py): SIGINT/SIGTERM finish the current update,
+Faults (tests/train/test_reliability.py): SIGINT/SIGTERM finish the current update,
 write a checkpoint and return (FitResult.stopped says why); a non-finite loss
 or gradient in fp32 raises DivergedError before the optimizer step, so the
 newest checkpoint stays the last good one; an unwritable run directory is an

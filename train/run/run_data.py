@@ -49,7 +49,7 @@ def resumed_run(run_dir: Path, overrides: list[str], data_dir: Path | None) -> t
         saved = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):  # missing or not JSON: config_lib.load below names it in one line
         saved = None
-    refuse_a_run_from_before_tokens_per_update(saved, run_dir)
+    refuse_a_config_with_train_accum(saved, run_dir)
     record = recorded(run_dir)
     data_dir = data_dir or (Path(record["data"]).parent if record else None)
     manifest = Manifest.find(run_dir)
@@ -60,8 +60,9 @@ def resumed_run(run_dir: Path, overrides: list[str], data_dir: Path | None) -> t
     return config_lib.load(run_dir / "config.json", overrides), run_dir, data_dir
 
 
-def refuse_a_run_from_before_tokens_per_update(saved: dict, run_dir: Path) -> None:
-    """A run's config.json from before issue #28 says train.accum; its update cannot be kept exactly on resume."""
+def refuse_a_config_with_train_accum(saved: dict, run_dir: Path) -> None:
+    """An InputError for a run config that sets train.accum (micro-batches, not tokens, per update): its update
+    cannot be kept exactly on resume, nor on another world size."""
     train = saved.get("train") if isinstance(saved, dict) else None
     if isinstance(train, dict) and "accum" in train:
         raise InputError(f"{run_dir / 'config.json'}: this run was started before train.tokens_per_update replaced "

@@ -47,7 +47,7 @@ from train.config import RunConfig
 from train.errors import InputError
 from train.run.checkpointing import WEIGHTS, run_checkpoints
 from train.run.manifest import MANIFEST_FILE, Manifest, sha256_of
-from train.run.run_data import refuse_a_run_from_before_tokens_per_update
+from train.run.run_data import refuse_a_config_with_train_accum
 from train.run.run_names import FIT_NAMES, fit_writes, owner_of
 from transformer.checkpoint import CheckpointError, load_checkpoint
 
@@ -249,7 +249,7 @@ def plan_start(run_config: RunConfig, manifest: Manifest, force: bool, init_from
     changed = [k for k in config_lib.diff(old, new) if k not in config_lib.RESUMABLE_KEYS]
     checkpoints = run_checkpoints(run_dir)
     if checkpoints:
-        refuse_a_run_from_before_tokens_per_update(old, run_dir)
+        refuse_a_config_with_train_accum(old, run_dir)
     other_start = _other_start(manifest, init_from)
     if not trained and (changed or other_start):
         return StartPlan(manifest, resuming=False, start_over=True)
