@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from train.distributed import communicators
+from train.distributed import communicators, launch
 from train.errors import InputError
 from train.experiments import batch_work, scale_validation
 from train.experiments.scale import (GRAD_BYTES, LINKS, NETWORKS, PAPER_RUNS, PAPER_TOKENS_PER_STEP, Link,
@@ -80,7 +80,7 @@ def host_link(on_gpu: bool) -> tuple[Link | None, float, str]:
     if on_gpu:
         return None, 0.0, ("one GPU: no link to measure; run `mpiexec -n 8 python -m train scale --backend cuda "
                            "--allreduce-only` on the node")
-    mpiexec = communicators.mpiexec_path()
+    mpiexec = launch.mpiexec_path()
     if mpiexec is None:
         return None, 0.0, "no MPI here (pip install mpi4py mpich to measure a link between local ranks)"
     done = subprocess.run([mpiexec, "-n", "2", sys.executable, "-m", "train", "scale", "--allreduce-only", "--json"],
