@@ -28,7 +28,6 @@ interrupted copy, overwritten ids) is rebuilt by `prepare` and refused by `fit`,
 to run `prepare`.
 """
 
-import dataclasses
 import hashlib
 import json
 import shutil
@@ -80,18 +79,6 @@ def _shared_path(value: str, key: str) -> Path:
 def _task_path(value: str, key: str) -> Path:
     """A path from the config: `shared:...` is under ../shared/data, anything else is the user's."""
     return _shared_path(value, key) if value.startswith("shared:") else Path(value).expanduser()
-
-
-TASK_FILES = (*SPLIT_FILES, "treebank")
-
-
-def absolute_task_paths(config: RunConfig) -> RunConfig:
-    """`config` with its relative file paths (task.train_src, ..., task.treebank) made absolute against the working
-    directory: the run's config.json then names its files from wherever the run is resumed."""
-    task = config.task
-    absolute = {key: str(Path(value).expanduser().absolute()) for key in TASK_FILES
-                if (value := getattr(task, key)) and not value.startswith("shared:") and not Path(value).is_absolute()}
-    return dataclasses.replace(config, task=dataclasses.replace(task, **absolute)) if absolute else config
 
 
 def resolve_paths(task: TaskConfig, data_dir: Path) -> dict[str, tuple[Path, Path] | None]:

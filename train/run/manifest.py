@@ -131,15 +131,17 @@ class Manifest:
                              f"{MANIFEST_FILE}); nothing was overwritten; move it out of {self.run_dir}")
 
     # ---------------------------------------------------------------- changing it
-    def _append(self, entry: dict) -> None:
-        with naming(self.path), open(self.path, "ab") as f:
+    def _write_line(self, entry: dict) -> None:
+        with naming(self.path), open(self.path, "ab") as f:  # naming: a full disk's write() names no file
             f.write(_line(entry))  # one write: appends of other processes do not interleave with it
+
+    def _append(self, entry: dict) -> None:
+        self._write_line(entry)
         self.entries[entry["file"]] = entry
 
     def set_identity(self, identity: dict) -> None:
         """Record what the run is (see the module docstring); the last such line stands."""
-        with open(self.path, "ab") as f:
-            f.write(_line({"identity": identity}))
+        self._write_line({"identity": identity})
         self.identity = identity
 
     def claim(self, name: str, append: bool = False) -> Path:
