@@ -134,7 +134,9 @@ def score_trial(result, config, n: int | None) -> dict:
     return {"val_bleu": {str(k): v for k, v in val.items()}, "best_average": best, "test_bleu": test}
 
 
-def run_trials(variants: list[Variant], out: Path, minutes: float, n: int | None, quiet: bool, say) -> dict:
+def run_trials(variants: list[Variant], out: Path, minutes: float, n: int | None, quiet: bool, say,
+               base: tuple[Path, list[str]]) -> dict:
+    """Train and score every unfinished trial; `base`: the config file and --set overrides (for the commands)."""
     results = {}
     for number, variant in enumerate(variants, start=1):
         head = f"[{number}/{len(variants)}] {variant.id} ({variant.change})"
@@ -150,7 +152,7 @@ def run_trials(variants: list[Variant], out: Path, minutes: float, n: int | None
                       "train_minutes": result.progress.elapsed_s / 60, "tgt_tokens": result.progress.tokens_seen,
                       "params": count_parameters(variant.config.model.replace(vocab_size=result.tokenizer.vocab_size)),
                       "load_before": load_before, "load_after": os.getloadavg()[0],
-                      "command": fit_command(variant, config), **score_trial(result, config, n)}
+                      "command": fit_command(*base, variant, config), **score_trial(result, config, n)}
             write_atomic(result_path(out, variant), (json.dumps(record, indent=1) + "\n").encode("utf-8"))
         results[variant.id] = record
         say(f"{head}: {record['steps']} updates in {record['train_minutes']:.1f} min, val BLEU "
@@ -158,10 +160,11 @@ def run_trials(variants: list[Variant], out: Path, minutes: float, n: int | None
     return results
 
 
-def fit_command(variant: Variant, config) -> str:
-    changes = [c for c in variant.change.split(", ") if "=" in c] + [f"train.max_steps={config.train.max_steps}",
-                                                                   f"train.ckpt_every={config.train.ckpt_every}"]
-    return "python -m train fit --config CONFIG " + " ".join(f"--set {c}" for c in changes)
+def fit_command(config_path: Path, sets: list[str], variant: Variant, config) -> str:
+    budget = {"max_steps": config.train.max_steps, "ckpt_every": config.train.ckpt_every,
+              "keep_last": config.train.keep_last}
+    changes = sets + [c for c in variant.change.split(", ") if "=" in c] + [f"train.{k}={v}" for k, v in budget.items()]
+    return f"python -m train fit --config {config_path} " + " ".join(f"--set {c}" for c in changes)
 
 
 def table(variants: list[Variant], results: dict) -> str:
@@ -180,7 +183,8 @@ def table(variants: list[Variant], results: dict) -> str:
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     if results:
         best = max(results, key=lambda k: max(results[k]["val_bleu"].values()))
-        lines += ["", f"best on val: {best}, last {results[best]['best_average']} averaged: {results[best]['command']}"]
+        lines += ["", f"best on val: {best} ({results[best]['command']}, then python -m train average RUN_DIR "
+                      f"--last {results[best]['best_average']})"]
     return "\n".join(lines)
 
 
@@ -207,7 +211,8 @@ def main(argv=None) -> int:
             for v in variants:
                 print(f"{v.id:<12} {v.change}")
             return 0
-        results = run_trials(variants, args.out, args.minutes, args.eval_sentences or None, args.json, say)
+        results = run_trials(variants, args.out, args.minutes, args.eval_sentences or None, args.json, say,
+                              (args.config, args.set))
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
