@@ -42,7 +42,7 @@ import numpy as np
 from _common import CHAPTERS, OUT, fails, finish, one_cpu_thread, show
 from minitensor.optim import Adam
 from train.data.batching import pad_batch, shard
-from train.distributed.communicators import mpiexec_path
+from train.distributed.launch import mpiexec_path
 from train.experiments import scale
 from train.run.step import train_step
 from transformer import LabelSmoothingLoss, Transformer, TransformerConfig

@@ -346,8 +346,8 @@ for precision, step_ms in H100_STEP_MS.items():
         report = scale_report.run("base", "cpu", step_ms, None, ["nvlink4"], 25.0, 1, 3, as_json=False)  # prints it
     if precision == "fp16":
         eight_gpus = report["links"]["nvlink4"]["rows"][-1]                   # the n = 8 row, 25,000 tokens a GPU
-    projections[precision] = {name: r["hours_8_devices"]["nvlink4"] for name, r in report["paper_runs"].items()}
-    efficiency[precision] = {name: r["efficiency_8_devices"]["nvlink4"] for name, r in report["paper_runs"].items()}
+    projections[precision] = {name: r["hours"]["nvlink4"] for name, r in report["paper_runs"].items()}
+    efficiency[precision] = {name: r["efficiency"]["nvlink4"] for name, r in report["paper_runs"].items()}
 step_share_s = H100_STEP_MS["fp16"] / 1e3 * train_flops(paper_base, share / T * S, share, S, T) / train_flops(
     paper_base, B * S, B * T, S, T)
 base_hours_no_straggler = 100_000 * (step_share_s + allreduce_s) / 3600          # every GPU as fast as the mean

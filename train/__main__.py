@@ -17,7 +17,7 @@
     python -m train bench [--backend cpu|numpy|cuda] [--precision fp32|bf16|fp16]   one step, ours vs PyTorch
     python -m train bench --decode [--ckpt CKPT --src FILE]        translation time, ours vs CTranslate2
     python -m train export --format ctranslate2 --ckpt CKPT --out DIR   serve a trained model with CTranslate2
-    python -m train scale [--backend cpu|cuda] [--step-ms MS] [--link nvlink4|pcie5|GBPS]   1-8 GPU projection
+    python -m train scale [--backend cpu|cuda] [--step-ms MS] [--gpu H100] [--nodes 2] [--validate]   GPU projection
     python -m train doctor                                         versions, devices, backends
     python -m train ablate --grid table3 --config configs/X.toml [--rows A,D] [--steps N] [--list]
                                                                    Table 3's variations, ours beside the paper
@@ -303,11 +303,11 @@ def build_parser() -> argparse.ArgumentParser:
     ablate.add_argument("--backend", default=None, help="numpy, numba, cupy, cpu or cuda (overrides train.backend)")
     ablate.add_argument("--no-progress", action="store_true", help="no progress bars")
     _add_debug(ablate)
-    scale = commands.add_parser("scale", help="project the step time and efficiency on 1-8 GPUs (data parallel)",
+    scale = commands.add_parser("scale", help="project the step time and efficiency on 1-8 GPUs or nodes of them",
                                 description="Measure the single-device step and the all-reduce here, then project "
-                                            "data-parallel training on 1-8 devices (train/experiments/scale.py: "
-                                            "straggler, latency per bucket, measured overlap) and check the model "
-                                            "against NVIDIA's published 1-8 A100 run.")
+                                            "data-parallel training on a setup (train/experiments/scale.py: "
+                                            "straggler, latency per bucket, overlap); --validate checks the model "
+                                            "against the published multi-GPU runs it was not fitted on.")
     scale.add_argument("--backend", default="cpu", choices=BACKENDS, metavar="BACKEND",
                        help="cpu (Numba), numpy or cuda (default cpu)")
     scale.add_argument("--preset", choices=["cpu", "base"], default=None,
@@ -315,13 +315,30 @@ def build_parser() -> argparse.ArgumentParser:
     scale.add_argument("--step-ms", type=float, default=None,
                        help="use this single-device step time instead of measuring it (e.g. from `bench`)")
     scale.add_argument("--batch", type=int, default=None, help="sentences per batch (default: the preset's)")
+    scale.add_argument("--tokens-per-gpu", type=int, default=None, metavar="N",
+                       help="tokens per GPU and micro-batch instead of --batch (the preset's lengths)")
+    scale.add_argument("--gpu", choices=["A100", "H100", "H200", "V100"], default=None,
+                       help="the node's GPUs: their NVLink is the link, their datasheet peak rates the MFU check")
+    scale.add_argument("--precision", choices=["fp32", "tf32", "fp16", "bf16"], default=None,
+                       help="of the measured step and the --gpu peak (default fp16 on a GPU, fp32 on a CPU)")
     scale.add_argument("--link", action="append", default=[], metavar="NAME|GBPS",
-                       help="nvlink3, nvlink4, pcie5 or a bus bandwidth in GB/s (repeatable; default: measured + the presets)")
+                       help="nvlink3, nvlink4, pcie5 or a bus bandwidth in GB/s (repeatable; default: the --gpu's "
+                            "NVLink, else measured + the presets)")
+    scale.add_argument("--latency-us", type=float, default=None, help="one all-reduce call at 8 ranks (default 25)")
+    scale.add_argument("--gpus-per-node", type=int, default=8, help="devices in one node (default 8)")
+    scale.add_argument("--nodes", type=int, default=1, help="nodes (default 1); the ring crosses --network between them")
+    scale.add_argument("--network", default="ib-ndr", metavar="NAME|GBPS",
+                       help="what a node's adapters send: ib-hdr (8 x 200 Gb/s), ib-ndr (8 x 400 Gb/s, default) or GB/s")
     scale.add_argument("--bucket-mb", type=float, default=25.0, help="all-reduce bucket size (default 25; 0 = no overlap)")
     scale.add_argument("--accum", type=int, default=1, help="micro-batches per device and update (default 1)")
-    scale.add_argument("--overlap", type=float, default=0.0, metavar="FRACTION",
-                       help="the part of the all-reduce hidden behind backward on the preset or given links, as "
-                            "--allreduce-only measured it on that node (default 0: not measured, none assumed)")
+    scale.add_argument("--overlap", default="0", metavar="on|off|FRACTION",
+                       help="the all-reduce hidden behind backward: on (all but the last bucket, as apex DDP and "
+                            "our NCCL grad_sync run it), off, or the fraction --allreduce-only measured (default 0)")
+    scale.add_argument("--straggler-scale", type=float, default=None, metavar="LAMBDA",
+                       help="a batch's time spread over its FLOPs spread (default: fitted on the validation's fit "
+                            "row; 1 reads FLOPs as time)")
+    scale.add_argument("--validate", action="store_true",
+                       help="print the model against the published runs (fit and held-out rows) and stop")
     scale.add_argument("--steps", type=int, default=3, help="timed steps when measuring (default 3)")
     scale.add_argument("--allreduce-only", action="store_true",
                        help="under mpiexec -n K: measure the all-reduce between the K ranks (bus bandwidth, latency, "

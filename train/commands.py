@@ -16,8 +16,9 @@ from train.data.progress import progress_bar
 from train.errors import InputError
 from train.evaluate.scores import corpus_scores
 from train.run import checkpointing
-from train.run.manifest import Manifest, run_containing
+from train.run.manifest import Manifest
 from train.run.run_data import recorded_file
+from train.run.run_names import output_in_run
 from train.threads import busy_note, cpu_threads, current_threads, decoding_threads
 from transformer.checkpoint import CheckpointError
 
@@ -145,7 +146,7 @@ def translate(args) -> int:
 
     _check_decoding(args, on_stdout=False)
     lines = read_source(args.input) if args.input is not None else None
-    run = run_containing(args.output.resolve()) if args.output is not None else None  # a link: its target's run
+    run = output_in_run(args.output, "translate")  # a link: its target's run
     if run is not None:  # --force in a run directory replaces only a file of the run's, and the output is one
         run[0].refuse_if_foreign(run[1])
     model, tokenizer = _load(args)
@@ -169,8 +170,7 @@ def evaluate(args) -> int:
 
     _check_decoding(args)
     sources, refs = read_pairs(args.src, args.ref)
-    if args.out is not None and args.out.exists():
-        raise InputError(f"{args.out}: exists; choose another --out (nothing is overwritten)")
+    output_in_run(args.out, "evaluate", new=True)
     model, tokenizer = _load(args)
     with _decoding_threads(args), _progress(len(sources), "translating") as bar, \
             output_writer(args.out, False) if args.out is not None else contextlib.nullcontext(lambda text: None) as write:
@@ -313,6 +313,7 @@ def export(args) -> int:
     """A checkpoint as a CTranslate2 model directory (train/evaluate/export_ct2.py)."""
     from train.evaluate.export_ct2 import export as export_ct2
 
+    output_in_run(args.out, "export")
     model, tokenizer = checkpointing.load_for_inference(args.ckpt, tokenizer_path=args.tokenizer, backend="numpy")
     out = export_ct2(model, tokenizer, args.out)
     print(f"wrote {out} (CTranslate2: ctranslate2.Translator({str(out)!r}); the vocabulary is the tokenizer's "
@@ -350,8 +351,7 @@ def parse_eval(args) -> int:
 
     _check_decoding(args, defaults={"beam": 21, "alpha": 0.3})
     params = EvalbParams.read(args.prm) if args.prm else COLLINS
-    if args.out is not None and args.out.exists():
-        raise InputError(f"{args.out}: exists; choose another --out (nothing is overwritten)")
+    output_in_run(args.out, "parse-eval", new=True)
     gold_path = args.gold
     if gold_path.is_dir():  # a ptb run: the gold trees of the test split it was prepared with
         test_trees = recorded_file(gold_path, "test_tgt")

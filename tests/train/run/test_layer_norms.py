@@ -148,7 +148,7 @@ def test_fit_logs_norms_only_when_asked_and_plot_draws_them(tmp_path, monkeypatc
 
 def test_runs_table_keeps_the_last_encoder_layer_that_runs_figure_draws():
     # runs_table keeps only enc.<last>.feed_forward.f_const: `layers` must still read the depth off it
-    # (counting the distinct indices once gave 1 layer, and the chapter's middle panel was empty)
+    # (counting the distinct indices would give 1 layer, and the chapter's middle panel would be empty)
     full = [{"kind": "norms", "step": 1, "memory.spread": 0.5,
              **{f"enc.{i}.feed_forward.f_const": float(i) for i in range(4)}},
             {"kind": "valid", "step": 1, "nll": 2.0}]
