@@ -26,7 +26,8 @@ import torch  # noqa: E402
 
 from torch_peer import PeerTransformer  # noqa: E402
 from train.distributed.grad_sync import GradSync  # noqa: E402
-from train.experiments.bench import PRESETS, OpProfiler, setup  # noqa: E402
+from train.experiments.bench import PRESETS, OpProfiler  # noqa: E402
+from train.experiments.step_setup import setup  # noqa: E402
 from train.run.step import train_step  # noqa: E402
 from transformer.config import TransformerConfig  # noqa: E402
 
