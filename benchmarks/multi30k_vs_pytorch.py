@@ -25,7 +25,9 @@ test_2016_flickr.
 
 Time: the training time of each side (ours: fit's time in updates, batch assembly included, as
 PyTorch's is counted), and per update after the first (which compiles or loads kernels). The
-training loss is logged over the same updates on both sides (fit's log steps; train_loss). The sides run one after the other in one process; the load
+training loss is logged over the same updates on both sides (fit's log steps; train_loss).
+The sides train one after the other, so a load that changes between them moves the time ratio:
+benchmarks/step_vs_pytorch_interleaved.py times the two updates in turns for that ratio. The sides run one after the other in one process; the load
 average is printed, since other programs on the cores slow whichever side runs beside them.
 """
 from __future__ import annotations
