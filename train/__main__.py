@@ -245,8 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_debug(doctor)
 
     bench = commands.add_parser("bench", help="time one training step, and the PyTorch peer in the same run")
-    bench.add_argument("--preset", choices=["cpu", "base"], default=None,
-                       help="cpu: d_model 256, 3+3 layers, 64×32 tokens; base: Table 3 base, 250×100 tokens "
+    bench.add_argument("--preset", choices=["cpu", "multi30k_cpu", "base"], default=None,
+                       help="cpu: d_model 256, 3+3 layers, 64×32 tokens; multi30k_cpu: configs/multi30k_cpu.toml's "
+                            "model, 128×16 tokens; base: Table 3 base, 250×100 tokens "
                             "(default: base with --backend cuda, cpu otherwise)")
     bench.add_argument("--backend", default="cpu", choices=BACKENDS, metavar="BACKEND",
                        help="cpu (Numba), numpy (reference) or cuda (default cpu)")
