@@ -38,7 +38,8 @@ import numpy as np
 
 from train.data.tokenizer import Tokenizer
 from train.errors import InputError
-from train.run.manifest import MANIFEST_FILE, Manifest, run_containing
+from train.run.manifest import MANIFEST_FILE, Manifest
+from train.run.run_names import output_in_run
 from transformer.checkpoint import (OPTIMIZER_PREFIX, CheckpointError, average_checkpoints, checkpoint_path,
                                    is_weight, load_checkpoint, load_model, load_weights, newest_valid,
                                    restore_optimizer, save_checkpoint, save_model)
@@ -309,18 +310,16 @@ def average_last(run_dir: Path, last: int | None = None, out: Path | None = None
         raise InputError(f"{out}: --out must be a .safetensors file (averaged weights)")
     if any(out.resolve() == p.resolve() for p in paths):
         raise InputError(f"{out}: one of the run's checkpoints; choose another --out (an average never replaces one)")
-    run = run_containing(out)  # in a run directory (this one or another, at any depth): a file of that run's
+    run = output_in_run(out, "average")  # in a run directory (this one or another, at any depth): a file of that run's
     if run is not None:
-        from train.run.run_dir import fit_writes  # (run_dir imports this module)
-
-        if fit_writes(run[1]):  # best.safetensors, an optimizer file, a new ckpt_* name: the run's, --force or not
-            raise InputError(f"{out}: a file `fit` writes in its run directory; an average never takes its place: "
-                             f"choose another --out")
         run[0].refuse_if_foreign(run[1])
     if out.exists() and not force:
         raise InputError(f"{out}: exists; pass --force to overwrite or choose another --out")
-    _refuse_changed(paths[-last:])  # hashes every checkpoint: after the quick checks of --out
-    tensors, metadata = average_checkpoints(paths[-last:])
+    try:
+        _refuse_changed(paths[-last:])  # hashes every checkpoint: after the quick checks of --out
+        tensors, metadata = average_checkpoints(paths[-last:])
+    except FileNotFoundError as err:  # pruned meanwhile by a `fit` still training in the run
+        raise _pruned(run_dir, next((p for p in paths[-last:] if not p.exists()), err.filename)) from None
     weights = {k: v for k, v in tensors.items() if not k.startswith(OPTIMIZER_PREFIX)}
     metadata = {k: v for k, v in metadata.items() if k not in ("progress", "rng_state", "loss_scaler", "update")}
     metadata["averaged_from"] = [p.name for p in paths[-last:]]
@@ -329,9 +328,17 @@ def average_last(run_dir: Path, last: int | None = None, out: Path | None = None
     return out, metadata["averaged_from"]
 
 
+def _pruned(run_dir: Path, name) -> InputError:
+    return InputError(f"{name}: deleted while it was being averaged (a `fit` training in {run_dir} keeps only its "
+                      f"newest train.keep_last checkpoints); nothing was written; run average again")
+
+
 def _refuse_changed(checkpoints: list[Path]) -> None:
     """InputError unless the run's manifest lists each of these checkpoints with the bytes it has now (a file
     that changed since this tool wrote it is the user's: never averaged into a model of ours)."""
+    gone = [p for p in checkpoints if not p.exists()]
+    if gone:
+        raise _pruned(checkpoints[0].parent, gone[0])
     manifest = Manifest.find(checkpoints[0].parent)
     changed = [p.name for p in checkpoints if manifest is None or not manifest.owns(p.name)]
     if changed:

@@ -14,8 +14,9 @@ were redone, as the plots do (train.run.metrics.read_metrics).
 
 from pathlib import Path
 
-from train.errors import InputError
+from train.errors import InputError, naming
 from train.run.manifest import Manifest
+from train.run.run_names import output_in_run
 from train.run.metrics import METRICS_FILE, read_metrics
 
 LIVE_DIR = "tensorboard"
@@ -59,7 +60,8 @@ class TensorBoardLog:
     def __init__(self, logdir: str | Path, purge_step: int | None = None, suffix: str = "", manifest=None):
         logdir = _event_folder(logdir)
         before = set(logdir.glob("events.out.tfevents.*"))
-        self.writer = summary_writer_class()(logdir=str(logdir), purge_step=purge_step, filename_suffix=suffix)
+        with naming(logdir):
+            self.writer = summary_writer_class()(logdir=str(logdir), purge_step=purge_step, filename_suffix=suffix)
         self.manifest, self.files = manifest, sorted(set(logdir.glob("events.out.tfevents.*")) - before)
         self._record()
 
@@ -70,12 +72,14 @@ class TensorBoardLog:
     def write(self, record: dict) -> int:
         """Add the record's scalars; returns how many."""
         scalars = scalars_of(record)
-        for tag, value in scalars.items():
-            self.writer.add_scalar(tag, value, int(record["step"]), walltime=record.get("time"))
+        with naming(self.writer.logdir):
+            for tag, value in scalars.items():
+                self.writer.add_scalar(tag, value, int(record["step"]), walltime=record.get("time"))
         return len(scalars)
 
     def close(self) -> None:
-        self.writer.close()
+        with naming(self.writer.logdir):
+            self.writer.close()
         self._record()
 
 
@@ -98,6 +102,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path | None = None) -> tuple[
                 manifest.remove(name)
     else:
         out = Path(out_dir)
+        output_in_run(out, "export-tensorboard")
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise InputError(f"{out}: exists and is not an empty folder; choose a new or empty --out "
                              f"(nothing in it is replaced)")
