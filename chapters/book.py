@@ -221,8 +221,8 @@ def pygments_css() -> str:
 class Book:
     """The pages of one build, in reading order, and how to render each into the staging folder."""
 
-    def __init__(self, chapters: list[Path], built: list[Path], fast: bool, staging: Path):
-        self.staging, self.fast = staging, fast
+    def __init__(self, chapters: list[Path], built: list[Path], staging: Path):
+        self.staging = staging
         self.built = {p.name: f"{p.stem}.html" for p in built}
         self.links = SourceLinks(self.built)
         self.exporter = make_exporter(self.links)
@@ -236,8 +236,7 @@ class Book:
         """Render `notebook` as the page `href` (relative to the book), figures beside it."""
         import nbformat
 
-        at = self.reading.index(next(p for p in self.reading if p["href"] == href)) if not href.startswith("src/") \
-            else None
+        at = next((i for i, page in enumerate(self.reading) if page["href"] == href), None)   # None: a source page
         depth = href.count("/")
         stem = Path(href).stem
         resources = {
@@ -385,7 +384,7 @@ def build(out: Path, fast: bool, only: str | None) -> Path:
             start = time.perf_counter()
             executed[chapter] = execute(chapter, fast)
             print(f"[{i}/{len(selected)}] {chapter.name}: ok, {time.perf_counter() - start:.1f} s", flush=True)
-        book = Book(chapters, selected, fast, staging)
+        book = Book(chapters, selected, staging)
         note = build_note(fast)
         for chapter, notebook in executed.items():
             book.chapter_page(chapter, notebook, note)
