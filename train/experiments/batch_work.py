@@ -45,8 +45,10 @@ def newstest_lengths() -> tuple[np.ndarray, np.ndarray] | None:
 
 
 def our_batches(src: np.ndarray, tgt: np.ndarray, budget: int) -> list[np.ndarray]:
-    """train/data/batching.py's batches (what `fit` trains on), less the partial one an epoch's sorted order ends with."""
-    return make_batches(src, tgt, budget, seed=0)[:-1]
+    """train/data/batching.py's batches (what `fit` trains on), less the partial one an epoch's sorted order ends with.
+    A pair longer than the budget on its own is left out, as `task.max_len` leaves it out of a run's data."""
+    kept = np.flatnonzero(np.maximum(src, tgt) <= budget)
+    return [kept[batch] for batch in make_batches(src[kept], tgt[kept], budget, seed=0)[:-1]]
 
 
 def fairseq_batches(src: np.ndarray, tgt: np.ndarray, budget: int, pad: int = 8) -> list[np.ndarray]:

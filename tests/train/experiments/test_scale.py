@@ -73,6 +73,17 @@ def test_batches_of_one_budget_differ_in_work_and_fairseqs_more_than_ours():
 KNOWN_MISSES = {("DGX-1 V100, AMP, 5,120 tokens a GPU", 4), ("DGX-1 V100, AMP, 5,120 tokens a GPU", 8)}
 
 
+def test_a_pair_longer_than_the_budget_is_left_out_of_the_batches_not_an_error():
+    """A small --batch on real sentence lengths: the pairs no batch of that budget can hold are left out (as
+    task.max_len leaves them out of a run), and the batches still index the full arrays."""
+    src, tgt = np.array([5, 40, 6, 7, 5, 6, 8, 5, 90, 6]), np.array([6, 4, 5, 7, 6, 5, 7, 6, 9, 120])
+    batches = batch_work.our_batches(src, tgt, 16)
+    taken = np.concatenate(batches)
+    assert not {1, 8, 9} & set(taken.tolist())
+    assert all(max(src[b].max(), tgt[b].max()) * len(b) <= 16 for b in batches)
+    assert set(taken.tolist()) <= {0, 2, 3, 4, 5, 6, 7}
+
+
 def test_the_model_meets_the_published_table_it_was_not_fitted_on():
     """Held-out MAE <= 2 points, no held-out row off by more than 4 (but the named misses, by less than 5.5), errors
     of both signs; the 2019 rows the model covers within 5; one fit row, whose prediction is its published value."""
