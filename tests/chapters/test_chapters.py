@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.py"))
 TIMEOUT_S = 600  # a hang guard: chapters take seconds, CI machines are busy
 
