@@ -219,6 +219,34 @@ assert mt.gradcheck(lambda a, b, c: Attention.apply(a, b, c, heads=H)[0], q64, k
     "the hand-written attention backward disagrees with central differences"
 
 # %% [markdown]
+# The fused model trains time-major: its stacks hold tokens as (T, B, H·K),
+# position by position (chapter 10), and `Attention` reads its heads from that
+# layout in place (`time_major=True`), with its dropout mask drawn as the
+# (B, T) layout would draw it. So we hold that layout too: the same inputs laid
+# out (T, B, H·K), the answer read back to (B, T, H·K) and compared with ours.
+
+# %%
+def time_major(a):
+    return np.ascontiguousarray(np.swapaxes(a, 0, 1))                    # (B, T, ·) -> (T, B, ·) memory
+
+
+def multi_head_ours_time_major(q, k, v):
+    out = multi_head_ours(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), H, padding, p_attn, u_attn)
+    return out.transpose(0, 1)                                            # (B, Tq, H·K) -> (Tq, B, H·K)
+
+
+path_inputs_tm = {name: time_major(a) for name, a in path_inputs.items()}
+r_path_tm = time_major(r_path)
+
+# %% CHECK
+hold_training_path(f"multi-head attention, time-major (T, B, H·K) as the fused model trains (fused Attention, "
+                   f"padding mask, dropout p = {p_attn})",
+                   lambda q, k, v: Attention.apply(q, k, v, heads=H, mask=padding, p=p_attn, seed=seed_attn,
+                                                   time_major=True)[0],
+                   path_inputs_tm, own_answer(multi_head_ours_time_major, path_inputs_tm, r_path_tm), r_path_tm,
+                   backends=("numpy", "numba"))
+
+# %% [markdown]
 # ## Summary
 # - Multi-head attention = h attentions on learned D→D/h projections, concatenated, then W^O.
 # - The library stores the h projections as one (D, H·K) matrix; with impl="fused" all heads run as one

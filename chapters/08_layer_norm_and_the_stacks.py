@@ -442,7 +442,7 @@ for name, p in ours_stack.named_parameters():
 fused_config = config.replace(impl="fused", p_drop=0.3)
 ln_inputs = {"x": x[:, :2] * 2.0, "gamma": gamma, "beta": beta}      # 4 rows: the simulator runs 64 threads a row
 connection_inputs = {"x": rng.standard_normal((B, 3, D)) * 3, "w": rng.standard_normal((D, D)) / 4,
-                     "gamma": gamma, "beta": beta}
+                     "b": rng.standard_normal(D), "gamma": gamma, "beta": beta}
 r_ln, r_connection = rng.standard_normal((B, 2, D)), rng.standard_normal((B, 3, D))
 
 
@@ -452,16 +452,20 @@ def with_norm(connection, gamma_, beta_):
     return connection
 
 
-def connection_ours(x_, w, gamma_, beta_):
+def connection_ours(x_, w, b, gamma_, beta_):
+    """The sub-layer is a Linear, xW + b, as the last one of attention (W^O) and of the FFN (W₂) is."""
     return with_norm(SublayerConnection(fused_config, np.random.default_rng(9)), gamma_, beta_)(
-        x_, lambda y: (y @ w, None))[0]
+        x_, lambda y: (y @ w + b, None))[0]
 
 
-def connection_library(x_, w, gamma_, beta_):
+def connection_library(x_, w, b, gamma_, beta_):
     """Under impl="fused" the library's stacks run time-major (tokens (T, B, D), `transformer/model.py`):
-    the connection takes the batch transposed, and draws its mask as the (B, T, D) layout would."""
-    connection = with_norm(library.SublayerConnection(fused_config, np.random.default_rng(9)), gamma_, beta_)
-    return connection(x_.transpose(0, 1), lambda y: (y @ w, None))[0].transpose(0, 1)
+    the connection takes the batch transposed, and draws its mask as the (B, T, D) layout would. It is
+    handed the sub-layer's last Linear, whose bias it folds into its one op (that Linear leaves it out)."""
+    output = nn.Linear(D, D)
+    output.weight, output.bias = w, b
+    connection = with_norm(library.SublayerConnection(fused_config, np.random.default_rng(9), output), gamma_, beta_)
+    return connection(x_.transpose(0, 1), lambda y: (output(y), None))[0].transpose(0, 1)
 
 
 cuda_path = "the numba.cuda kernel (" + ("GPU" if ON_GPU else "CUDA simulator") + ")"
@@ -470,7 +474,8 @@ cuda_path = "the numba.cuda kernel (" + ("GPU" if ON_GPU else "CUDA simulator") 
 hold_training_path("LayerNorm", lambda x_, g, b: mt.functions.LayerNorm.apply(x_, g, b, eps=1e-6), ln_inputs,
                    own_answer(lambda x_, g, b: LayerNormFunction.apply(x_, g, b, eps=1e-6), ln_inputs, r_ln), r_ln,
                    kernels={cuda_path: lambda x_, g, b: layernorm_cuda.layernorm_forward(x_, g, b, 1e-6)[0]})
-hold_training_path("the post-norm sub-layer connection (fused DropoutAddLayerNorm, p_drop = 0.3)", connection_library,
+hold_training_path("the post-norm sub-layer connection (fused DropoutAddLayerNorm, p_drop = 0.3, the output bias "
+                   "folded in)", connection_library,
                    connection_inputs, own_answer(connection_ours, connection_inputs, r_connection), r_connection,
                    backends=("numpy", "numba"))            # a GPU draws its own dropout mask (tests/kernels hold it)
 

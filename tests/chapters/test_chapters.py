@@ -40,7 +40,7 @@ INTRODUCED = {
     "corpus_scores": 13, "paper_bleu": 13, "paper_tokenize": 13, "make_number_task": 13,
     "average_checkpoints": 13, "load_checkpoint": 13, "save_checkpoint": 13,
     "Tokenizer": 14,
-    "BOS_ID": 15, "EOS_ID": 15, "PAD_ID": 15, "make_batches": 15, "pad_batch": 15, "padding_efficiency": 15,
+    "BOS_ID": 15, "EOS_ID": 15, "PAD_ID": 15, "make_batches": 15, "make_model_inputs": 15, "pad_batch": 15, "padding_efficiency": 15,
     "checkpointing": 16, "TrainState": 16, "RunConfig": 16, "train_step": 16, "clip_grad_norm": 16,
     "CheckpointError": 16, "Manifest": 16,
     "matmul_forward_ref": 17, "cupy_launch": 17,
