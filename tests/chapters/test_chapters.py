@@ -36,7 +36,7 @@ INTRODUCED = {
     "TransformerConfig": 8, "layers": 8, "Encoder": 8, "Decoder": 8,
     "LabelSmoothingLoss": 9, "closed_form_smoothed_loss": 9,
     "Transformer": 10, "padding_mask": 10, "subsequent_mask": 10,
-    "greedy_decode": 12, "beam_search": 12, "length_penalty": 12, "fast_search": 12,
+    "greedy_decode": 12, "beam_search": 12, "beam_search_nbest": 12, "length_penalty": 12, "fast_search": 12,
     "corpus_scores": 13, "paper_bleu": 13, "paper_tokenize": 13, "make_number_task": 13,
     "average_checkpoints": 13, "load_checkpoint": 13, "save_checkpoint": 13,
     "Tokenizer": 14,
