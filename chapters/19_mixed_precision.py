@@ -343,6 +343,54 @@ assert scaler.skipped_steps == first_good >= 1, \
     "every overflowing step before the first good one was counted as skipped"
 
 # %% [markdown]
+# Two things those eight steps cannot show. The scaler's rule, step by step,
+# for a fixed pattern of overflows: the count of good steps starts again at
+# every overflow (and at every doubling), and s never falls below its floor.
+# And the half-precision copies the forward pass reads: after every update
+# Adam's kernel rewrites them from the float32 masters, and they must be the
+# masters rounded to nearest even, by section 3's definition, in each
+# parameter's own slice, for fp16 and bf16 alike.
+
+# %%
+def scale_sequence(pattern, scale, interval, floor):
+    """Our rule: (s after the step, whether the step is taken) for each step of `pattern` (True: finite)."""
+    good, out = 0, []
+    for finite in pattern:
+        if finite:
+            good += 1
+            if good == interval:
+                scale, good = scale * 2.0, 0
+        else:
+            scale, good = max(scale / 2.0, floor), 0
+        out.append((scale, finite))
+    return out
+
+
+overflows = [True, True, False, True, True, True, True, False, False, False, True, True, True, True, True, True]
+library_scaler, library_scales = DynamicLossScaler(init_scale=8.0, growth_interval=3, min_scale=2.0), []
+for finite in overflows:
+    stepped = library_scaler.update(finite)
+    library_scales.append((library_scaler.scale, stepped))
+bf16_model = Transformer(config, np.random.default_rng(0), precision="bf16")
+bf16_adam = Adam(list(bf16_model.named_parameters()), lr=1e-3, half_dtype=BF16)
+for _ in range(2):
+    train_step(bf16_model, [reverse_batch(rng)], bf16_adam, loss_fn)
+copies = {"fp16": (half_model, np.float16, 5, 10), "bf16": (bf16_model, BF16, 8, 7)}
+
+# %% CHECK
+assert library_scales == scale_sequence(overflows, 8.0, 3, 2.0), \
+    f"the loss scale for a fixed overflow pattern (halve on overflow, double after 3 good steps in a row, floor 2): " \
+    f"{library_scales} vs ours {scale_sequence(overflows, 8.0, 3, 2.0)}"
+for name, (model_, dtype, exp_bits, man_bits) in copies.items():
+    for pname, prm in model_.named_parameters():
+        copy = prm.half(dtype)
+        assert copy is not None, f"the {name} copy of {pname} after updates: the forward pass has none to read"
+        np.testing.assert_array_equal(np.asarray(copy).view(np.uint16).astype(np.int64),
+                                      round_by_definition(prm.numpy(), exp_bits, man_bits),
+                                      err_msg=f"the {name} weight copy after updates must be the float32 master "
+                                              f"rounded to nearest even ({pname})")
+
+# %% [markdown]
 # ## 7. A run where fp16 without scaling fails, and with it works
 #
 # The same tiny model on the reverse task, five ways, every loss multiplied by
