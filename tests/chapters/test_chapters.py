@@ -41,7 +41,7 @@ INTRODUCED = {
     "average_checkpoints": 13, "load_checkpoint": 13, "save_checkpoint": 13,
     "Tokenizer": 14,
     "BOS_ID": 15, "EOS_ID": 15, "PAD_ID": 15, "make_batches": 15, "make_model_inputs": 15, "pad_batch": 15, "padding_efficiency": 15,
-    "checkpointing": 16, "TrainState": 16, "RunConfig": 16, "train_step": 16, "clip_grad_norm": 16,
+    "checkpointing": 16, "validation": 16, "Prepared": 16, "Split": 16, "TrainState": 16, "RunConfig": 16, "train_step": 16, "clip_grad_norm": 16,
     "CheckpointError": 16, "Manifest": 16,
     "matmul_forward_ref": 17, "cupy_launch": 17,
     "CountingBackend": 18, "softmax_composed": 18, "layer_norm_composed": 18, "softmax_forward_ref": 18,
