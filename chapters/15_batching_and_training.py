@@ -367,14 +367,20 @@ def _broken_batches():
              pad_batch([y + [BOS_ID] for y in ys], PAD_ID), False),
             ("shifted by two", pad_batch([[BOS_ID, BOS_ID] + y[:-1] for y in ys], PAD_ID), right_out, False),
             ("no EOS label", right_in, pad_batch([y + [PAD_ID] for y in ys], PAD_ID), False),
-            ("not shifted", pad_batch([y + [EOS_ID] for y in ys], PAD_ID), right_out, False)]
+            ("not shifted", pad_batch([y + [EOS_ID] for y in ys], PAD_ID), right_out, False),
+            ("labels reversed", right_in, pad_batch([y[::-1] + [EOS_ID] for y in ys], PAD_ID), False),
+            ("labels of other sentences", right_in, np.roll(right_out, 1, axis=0), False)]
 
 
 def check_offset_is_right(offset_is_right) -> None:
-    """Exercise 3: True for the §3.1 construction only."""
+    """Exercise 3: True for the §3.1 construction only: on real batches drawn at random, and on slips that
+    keep every token count right (labels reversed, or another sentence's)."""
     for name, tgt_in, tgt_out, expected in _broken_batches():
         assert bool(offset_is_right(tgt_in, tgt_out, BOS_ID, EOS_ID, PAD_ID)) == expected, \
             f"{name}: expected {expected}"
+    for b in np.random.default_rng().choice(len(batches), size=3, replace=False):
+        _, tgt_in, tgt_out = model_inputs(batches[b], src_ids, tgt_ids)
+        assert offset_is_right(tgt_in, tgt_out, BOS_ID, EOS_ID, PAD_ID), f"batch {b}, made right: expected True"
 
 
 # %% CHECK the checks: a wrong answer must fail them
@@ -391,6 +397,15 @@ def _random_batches(s, t, budget):                                  # no sorting
 assert fails(check_bucket_batches, _random_batches), "check_bucket_batches accepted unsorted batches"
 assert fails(check_offset_is_right, lambda ti, to, b, e, p: bool((ti[:, 0] == b).all())), \
     "check_offset_is_right accepted a test that only looks at BOS"
+
+
+def _counts_tokens(tgt_in, tgt_out, bos, eos, pad):                 # BOS first, EOS last, the counts agree
+    n = (tgt_out != pad).sum(axis=1)
+    return bool((tgt_in[:, 0] == bos).all() and ((tgt_in != pad).sum(axis=1) == n).all()
+                and (tgt_out[np.arange(len(n)), n - 1] == eos).all())
+
+
+assert fails(check_offset_is_right, _counts_tokens), "check_offset_is_right accepted a token count"
 
 # %%
 finish("15_batching_and_training", {check_bucket_batches: "bucket_batches", check_offset_is_right: "offset_is_right"})

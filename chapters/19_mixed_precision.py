@@ -547,12 +547,15 @@ assert not overflow_seen and not st_overflow.stepped, "check before step: an ove
 
 # %%
 def check_to_bits(to_bits) -> None:
-    """Exercise 2: decode then to_bits gives back every non-NaN pattern of fp16 and bf16."""
-    for name in ("fp16", "bf16"):
-        values = decode(all16, *FORMATS[name])
+    """Exercise 2: decode then to_bits gives back every non-NaN pattern of fp16, bf16 and two 8-bit formats
+    NumPy has no type for (E4M3 and E3M4: no cast can do the bit-level work)."""
+    for name, (exp_bits, man_bits) in {**{n: FORMATS[n] for n in ("fp16", "bf16")}, "E4M3": (4, 3),
+                                       "E3M4": (3, 4)}.items():
+        patterns = np.arange(1 << (1 + exp_bits + man_bits), dtype=np.int64)
+        values = decode(patterns, exp_bits, man_bits)
         keep = ~np.isnan(values)
-        got = np.asarray(to_bits(values[keep], *FORMATS[name]), dtype=np.int64)
-        np.testing.assert_array_equal(got, all16[keep], err_msg=f"{name}: to_bits(decode(bits)) must be bits")
+        got = np.asarray(to_bits(values[keep], exp_bits, man_bits), dtype=np.int64)
+        np.testing.assert_array_equal(got, patterns[keep], err_msg=f"{name}: to_bits(decode(bits)) must be bits")
 
 
 def check_compensated_updates(compensated_updates) -> None:
@@ -584,6 +587,16 @@ def _plain_fp16(w0, update, n):
 
 
 assert fails(check_to_bits, _to_bits_without_subnormals), "check_to_bits accepted an encoder without subnormals"
+
+
+def _numpy_casts(values, exp_bits, man_bits):                       # NumPy's casts: float16, float32's top bits
+    values = np.asarray(values)
+    if (exp_bits, man_bits) == FORMATS["fp16"]:
+        return values.astype(np.float16).view(np.uint16)
+    return values.astype(np.float32).view(np.uint32) >> (23 - man_bits)
+
+
+assert fails(check_to_bits, _numpy_casts), "check_to_bits accepted NumPy's casts for the bit-level work"
 assert fails(check_compensated_updates, _plain_fp16), "check_compensated_updates accepted plain fp16 sums"
 
 # %%
