@@ -147,27 +147,6 @@ def seed_dropout(model, seed):
 
 
 config_drop = config.replace(p_drop=0.2, attention_dropout=0.1)
-trained_model = Transformer(config_drop.replace(impl="fused"), np.random.default_rng(0), backend="numba",
-                            precision="fp64")
-ours64 = Seq2Seq(config_drop, np.random.default_rng(1)).to(dtype=np.float64)
-ours64.load_state_dict(trained_model.state_dict())
-seed_dropout(trained_model, 5), seed_dropout(ours64, 5)
-r_logits = check_rng.standard_normal((3, 6, V))
-logits_ours, logits_trained = ours64(src, tgt_in), trained_model(src, tgt_in)
-(logits_ours * r_logits).sum().backward()
-(logits_trained * r_logits).sum().backward()
-ours64.eval()
-no_dropout = ours64(src, tgt_in).numpy()
-ours64.train()
-
-# %% CHECK
-trained_grads = dict(trained_model.named_parameters())
-assert np.abs(logits_ours.numpy() - no_dropout).max() > 1e-3, "dropout must be on in this check, or it holds nothing"
-mt.assert_close(logits_trained, logits_ours.numpy(),
-                name="Figure 1, the fused model on the Numba kernels, dropout on: logits vs ours")
-for name, p in ours64.named_parameters():
-    mt.assert_close(trained_grads[name].grad, p.grad,
-                    name=f"Figure 1, the fused model on the Numba kernels, dropout on: gradient of {name} vs ours")
 
 # %% [markdown]
 # §5.4 drops units in two kinds of places: each sub-layer's output, and the
@@ -201,6 +180,30 @@ assert np.abs(train_mode - eval_mode).max() > 1e-3, \
 mt.assert_close(train_mode, ours_train_mode,
                 name="dropout on the sums of the embeddings and the positional encodings (§5.4), the fused model: "
                      "logits vs ours")
+
+# %%
+trained_model = Transformer(config_drop.replace(impl="fused"), np.random.default_rng(0), backend="numba",
+                            precision="fp64")
+ours64 = Seq2Seq(config_drop, np.random.default_rng(1)).to(dtype=np.float64)
+ours64.load_state_dict(trained_model.state_dict())
+seed_dropout(trained_model, 5)
+seed_dropout(ours64, 5)
+r_logits = check_rng.standard_normal((3, 6, V))
+logits_ours, logits_trained = ours64(src, tgt_in), trained_model(src, tgt_in)
+(logits_ours * r_logits).sum().backward()
+(logits_trained * r_logits).sum().backward()
+ours64.eval()
+no_dropout = ours64(src, tgt_in).numpy()
+ours64.train()
+
+# %% CHECK
+trained_grads = dict(trained_model.named_parameters())
+assert np.abs(logits_ours.numpy() - no_dropout).max() > 1e-3, "dropout must be on in this check, or it holds nothing"
+mt.assert_close(logits_trained, logits_ours.numpy(),
+                name="Figure 1, the fused model on the Numba kernels, dropout on: logits vs ours")
+for name, p in ours64.named_parameters():
+    mt.assert_close(trained_grads[name].grad, p.grad,
+                    name=f"Figure 1, the fused model on the Numba kernels, dropout on: gradient of {name} vs ours")
 
 # %% [markdown]
 # ## 3. Testing the masks through the whole model

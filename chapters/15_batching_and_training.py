@@ -377,10 +377,11 @@ def check_offset_is_right(offset_is_right) -> None:
     keep every token count right (labels reversed, or another sentence's)."""
     for name, tgt_in, tgt_out, expected in _broken_batches():
         assert bool(offset_is_right(tgt_in, tgt_out, BOS_ID, EOS_ID, PAD_ID)) == expected, \
-            f"{name}: expected {expected}"
+            f"offset_is_right must say {expected} for a batch made {name}"
     for b in np.random.default_rng().choice(len(batches), size=3, replace=False):
         _, tgt_in, tgt_out = model_inputs(batches[b], src_ids, tgt_ids)
-        assert offset_is_right(tgt_in, tgt_out, BOS_ID, EOS_ID, PAD_ID), f"batch {b}, made right: expected True"
+        assert offset_is_right(tgt_in, tgt_out, BOS_ID, EOS_ID, PAD_ID), \
+            f"offset_is_right must say True for batch {b}, made right"
 
 
 # %% CHECK the checks: a wrong answer must fail them

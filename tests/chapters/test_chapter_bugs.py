@@ -153,13 +153,15 @@ PLANTED = [
           "minitensor/kernels/dropout_add_layernorm_forward/reference.py", "dropout_add_layernorm_forward_ref",
           "y, mean, rstd = layernorm_forward_ref(z, gamma, beta, eps)",
           "y, mean, rstd = layernorm_forward_ref(d, gamma, beta, eps)\n    y = x + y",
-          "08", "the post-norm sub-layer connection (fused DropoutAddLayerNorm, p_drop = 0.3, the output bias folded in), the library on the "
+          "08", "the post-norm sub-layer connection (fused DropoutAddLayerNorm, p_drop = 0.3, the output bias folded "
+                "in), the library on the "
                 "NumPy reference kernels: output"),
     Plant("a fused DropoutAddLayerNorm backward that forgets the dropout mask",
           "minitensor/kernels/dropout_add_layernorm_backward/reference.py", "dropout_add_layernorm_backward_ref",
           "ds = dx if p == 0.0 else dropout_forward_ref(dx, u, p)",
           "ds = dx",
-          "08", "the post-norm sub-layer connection (fused DropoutAddLayerNorm, p_drop = 0.3, the output bias folded in), the library on the "
+          "08", "the post-norm sub-layer connection (fused DropoutAddLayerNorm, p_drop = 0.3, the output bias folded "
+                "in), the library on the "
                 "NumPy reference kernels: gradient of x"),
     Plant("a Numba LayerNorm with eps outside the square root",
           "minitensor/kernels/layernorm_forward/numba_cpu.py", "layernorm_forward_v2",
@@ -307,6 +309,144 @@ PLANTED = [
           "decoder = c.N * (2 * attention + ffn + 3 * norm)",
           "decoder = c.N * (2 * attention + ffn + 2 * norm)",
           "23", "base, by hand"),
+    # the data path (class 1): what the training pipeline feeds the model, held by the chapters that teach it
+    Plant("a decoder input that is not shifted right (teacher forcing sees the answer)",
+          "train/data/inputs.py", "make_model_inputs",
+          "tgt_in = pad_batch([np.concatenate(([BOS_ID], t)) for t in tgt_ids], PAD_ID)",
+          "tgt_in = pad_batch([np.append(t, EOS_ID) for t in tgt_ids], PAD_ID)",
+          "15", "the library's model inputs (make_model_inputs, the data path of fit): the decoder input differs"),
+    Plant("a source without its EOS in the library's model inputs",
+          "train/data/inputs.py", "make_model_inputs",
+          "src = pad_batch([np.append(s, EOS_ID) for s in src_ids], PAD_ID)",
+          "src = pad_batch([np.asarray(s) for s in src_ids], PAD_ID)",
+          "15", "the library's model inputs (make_model_inputs, the data path of fit): the source differs"),
+    Plant("labels that end in BOS instead of EOS",
+          "train/data/inputs.py", "make_model_inputs",
+          "tgt_out = pad_batch([np.append(t, EOS_ID) for t in tgt_ids], PAD_ID)",
+          "tgt_out = pad_batch([np.append(t, BOS_ID) for t in tgt_ids], PAD_ID)",
+          "15", "the library's model inputs (make_model_inputs, the data path of fit): the labels differ"),
+    Plant("no dropout on the sums of the embeddings and the positions (§5.4)",
+          "transformer/model.py", "Transformer._embed",
+          "return self.dropout(x.astype(self.compute_dtype), self.time_major)",
+          "return x.astype(self.compute_dtype)",
+          "10", "dropout on the sums of the embeddings and the positional encodings (§5.4): the fused model in "
+                "training mode gives its eval-mode logits"),
+    Plant("the embedding-sum dropout masked in the time-major layout, not as the (B, T) batch would be",
+          "transformer/model.py", "Transformer._embed",
+          "return self.dropout(x.astype(self.compute_dtype), self.time_major)",
+          "return self.dropout(x.astype(self.compute_dtype))",
+          "10", "dropout on the sums of the embeddings and the positional encodings (§5.4), the fused model: "
+                "logits vs ours"),
+    Plant("validation that scores the model with dropout on",
+          "train/run/validation.py", "validate",
+          "    model.eval()\n", "    model.train()\n",
+          "16", "validation must score the model in eval mode"),
+    Plant("validation that leaves the model in eval mode",
+          "train/run/validation.py", "validate",
+          "    model.train()\n    result =", "    result =",
+          "16", "validation must hand the model back in training mode"),
+    # the fused path with every feature on (class 2)
+    Plant("the time-major dropout draws not swapped back to the (T, B) layout",
+          "minitensor/backends/base.py", "Backend.draws",
+          'return self.xp.swapaxes(self.uniform(seed, (shape[1], shape[0]) + tuple(shape[2:]), "float32"), 0, 1)',
+          'return self.uniform(seed, shape, "float32")',
+          "08", "the post-norm sub-layer connection (fused DropoutAddLayerNorm, p_drop = 0.3, the output bias folded "
+                "in), the library on the NumPy reference kernels: output"),
+    Plant("a time-major Dropout whose backward draws the batch-major mask",
+          "minitensor/functions/fused.py", "Dropout.backward",
+          'ctx.params["seed"], ctx.params["time_major"])', 'ctx.params["seed"], False)',
+          "10", "the fused model on the Numba kernels, dropout on: gradient of"),
+    Plant("a fused sub-layer connection that drops the folded output bias",
+          "transformer/layers.py", "SublayerConnection.forward",
+          "bias = () if self.output is None else (self.output.bias,)", "bias = ()",
+          "08", "the output bias folded in), the library on the NumPy reference kernels: output"),
+    Plant("a fused DropoutAddLayerNorm that adds the output bias after dropout, not before",
+          "minitensor/kernels/dropout_add_layernorm_forward/reference.py", "dropout_add_layernorm_forward_ref",
+          "    z = from_float64(as_float64(x) + d, x.dtype)",
+          "    z = from_float64(as_float64(x) + d + (0.0 if bias is None else as_float64(bias)), x.dtype)",
+          "08", "the output bias folded in), the library on the NumPy reference kernels: output"),
+    Plant("a fused DropoutAddLayerNorm whose bias gradient ignores the dropout mask",
+          "minitensor/kernels/dropout_add_layernorm_backward/reference.py", "dropout_add_layernorm_backward_ref",
+          "dbias = as_float64(ds).reshape", "dbias = as_float64(dx).reshape",
+          "08", "the output bias folded in), the library on the NumPy reference kernels: gradient of b"),
+    Plant("a KV cache that never keeps what it appended",
+          "transformer/layers.py", "LayerCache.append_self",
+          "        self.self_kv = kv\n", "",
+          "12", "cached decoding must give the full forward's logits"),
+    Plant("beam search that never reorders the fused model's time-major KV cache",
+          "transformer/layers.py", "DecoderCache.reorder",
+          "layer.self_kv = tuple(_rows(a, rows, layer.batch_axis) for a in layer.self_kv)",
+          "layer.self_kv = tuple(a if layer.batch_axis else _rows(a, rows, 0) for a in layer.self_kv)",
+          "12", "the fused model's KV cache under beam search"),
+    Plant("Adam writing the half-precision copy before the update",
+          "minitensor/kernels/adam_step/reference.py", "adam_step_ref",
+          "    param[...] = p64\n    if half is not None:\n        half[...] = from_float64(param, half.dtype)",
+          "    if half is not None:\n        half[...] = from_float64(param, half.dtype)\n    param[...] = p64",
+          "19", "weight copy after updates must be the float32 master rounded to nearest even"),
+    # rules checked where they bite (class 3)
+    Plant("a loss scaler that keeps counting good steps across an overflow",
+          "train/run/loss_scaler.py", "DynamicLossScaler.update",
+          "        self.consecutive_overflows += 1\n        self.good_steps = 0\n",
+          "        self.consecutive_overflows += 1\n",
+          "19", "the loss scale for a fixed overflow pattern"),
+    Plant("a loss scaler that halves below its floor",
+          "train/run/loss_scaler.py", "DynamicLossScaler.update",
+          "self.scale = max(self.scale / 2.0, self.min_scale)", "self.scale = self.scale / 2.0",
+          "19", "the loss scale for a fixed overflow pattern"),
+    Plant("a loss scaler that doubles at every good step once past the interval",
+          "train/run/loss_scaler.py", "DynamicLossScaler.update",
+          "if self.good_steps % self.growth_interval == 0:", "if self.good_steps >= self.growth_interval:",
+          "19", "double"),
+    Plant("a stopping bound that forgets lp grows up to the length limit",
+          "transformer/search.py", "_stops",
+          "np.maximum(length_penalty(t + 1, alpha), length_penalty(limits, alpha))", "length_penalty(t + 1, alpha)",
+          "12", "the stopping bound (§6.1, stop when no live hypothesis can still win)"),
+    Plant("beam search that always stops at k finished hypotheses",
+          "transformer/search.py", "_stops",
+          "(early_stop & (n_finished >= beam))", "(n_finished >= beam)",
+          "12", "the bound keeps decoding until it ends"),
+    Plant("a search that lets BOS be an output",
+          "transformer/search.py", "_log_probs",
+          "logp[:, [config.pad_id, config.bos_id]] = -np.inf", "logp[:, [config.pad_id]] = -np.inf",
+          "12", "PAD and BOS are never outputs"),
+    Plant("checkpoint averaging that averages integer tensors too",
+          "transformer/checkpoint.py", "average_checkpoints",
+          "if np.issubdtype(v.dtype, np.floating)}", "if np.issubdtype(v.dtype, np.number)}",
+          "13", "integer tensors are taken from the last checkpoint"),
+    Plant("average_last averaging the first checkpoints, not the last",
+          "train/run/checkpointing.py", "average_last",
+          "tensors, metadata = average_checkpoints(paths[-last:])",
+          "tensors, metadata = average_checkpoints(paths[:last])",
+          "16", "average_last: "),
+    # exercise answers with the right numbers by the wrong method
+    Plant("an exercise answer that runs autograd for the LayerNorm backward it should derive",
+          "chapters/solutions/03_checking_gradients.py", "layernorm_backward",
+          "    mean = x.mean(axis=-1, keepdims=True)\n",
+          "    import minitensor as mt\n    xt = mt.tensor(x, requires_grad=True, dtype='float64')\n"
+          "    y = mt.functions.LayerNorm.apply(xt, mt.tensor(gamma, dtype='float64'), mt.tensor(0 * gamma, "
+          "dtype='float64'), eps=eps)\n    (y * dy).sum().backward()\n    return xt.grad\n",
+          "03", "derive dx by hand", ("--check-solutions",)),
+    Plant("an exercise answer that calls the library's attention",
+          "chapters/solutions/05_scaled_dot_product_attention.py", "attention",
+          "    scores = q @ k.swapaxes(-1, -2) / math.sqrt(q.shape[-1])",
+          "    import minitensor as mt\n    from transformer.attention import scaled_dot_product_attention\n"
+          "    out, w = scaled_dot_product_attention(*(mt.tensor(a, dtype='float64') for a in (q, k, v)), mask=mask)\n"
+          "    return out.numpy(), w.numpy()",
+          "05", "the answer called the library's scaled_dot_product_attention", ("--check-solutions",)),
+    Plant("an exercise answer that counts tokens instead of checking the offset",
+          "chapters/solutions/15_batching_and_training.py", "offset_is_right",
+          "    tgt_in, tgt_out = np.asarray(tgt_in), np.asarray(tgt_out)\n",
+          "    tgt_in, tgt_out = np.asarray(tgt_in), np.asarray(tgt_out)\n    n = (tgt_out != pad).sum(axis=1)\n"
+          "    return bool((tgt_in[:, 0] == bos).all() and ((tgt_in != pad).sum(axis=1) == n).all() and "
+          "(tgt_out[np.arange(len(n)), n - 1] == eos).all())\n",
+          "15", "offset_is_right must say False for a batch made", ("--check-solutions",)),
+    Plant("an exercise answer that lets NumPy's casts do the bit-level work",
+          "chapters/solutions/19_mixed_precision.py", "to_bits",
+          "    values = np.asarray(values, dtype=np.float64)\n",
+          "    values = np.asarray(values)\n    if (exp_bits, man_bits) == (5, 10):\n"
+          "        return values.astype(np.float16).view(np.uint16)\n"
+          "    return values.astype(np.float32).view(np.uint32) >> (23 - man_bits)\n",
+          "19", "E4M3: to_bits(decode(bits)) must be bits", ("--check-solutions",)),
 ]
 
 
@@ -346,10 +486,11 @@ def test_the_planter_edits_only_the_named_function():
 def test_the_suite_covers_every_bug_class():
     """At least 70 variants: the training path (fused, Numba, numba.cuda), the data path, the optimizer, the
     scaler, the search and the checkpoints among them."""
-    assert len(PLANTED) >= 40, len(PLANTED)
+    assert len(PLANTED) >= 70, len(PLANTED)
     files = {plant.file for plant in PLANTED}
     for required in ("transformer/fused.py", "minitensor/optim.py", "train/run/loss_scaler.py", "train/run/step.py",
                      "minitensor/kernels/adam_step/numba_cpu.py", "minitensor/kernels/dropout_forward/numba_cpu.py",
-                     "minitensor/kernels/cross_entropy_forward/numba_cpu.py"):
+                     "minitensor/kernels/cross_entropy_forward/numba_cpu.py", "train/data/inputs.py",
+                     "train/run/validation.py", "transformer/search.py", "transformer/checkpoint.py"):
         assert required in files, f"no planted bug in {required}"
     assert len({plant.name for plant in PLANTED}) == len(PLANTED), "variant names are test ids: keep them unique"
