@@ -38,7 +38,7 @@ import math
 import numpy as np
 
 import minitensor as mt
-from _common import fails, finish, hold_training_path, own_answer
+from _common import calls_to, fails, finish, hold_training_path, own_answer
 from transformer.attention import MultiHeadAttention
 
 rng = np.random.default_rng(0)
@@ -274,15 +274,19 @@ def check_split_merge(split_heads, merge_heads) -> None:
 
 
 def check_mhsa(multi_head_self_attention) -> None:
-    """Exercise 3: against the per-head loop (zero biases)."""
-    check_rng = np.random.default_rng(13)
-    Dc, hc = 12, 3
-    m = MultiHeadAttention(d_model=Dc, h=hc, d_k=Dc // hc, d_v=Dc // hc, rng=check_rng)
-    xc = check_rng.standard_normal((2, 4, Dc))
+    """Exercise 3: against the per-head loop (zero biases), sizes drawn afresh each call; in NumPy, neither
+    through the library's attention nor through this chapter's loop over heads."""
+    check_rng = np.random.default_rng()
+    hc, Kc = (int(n) for n in check_rng.integers(2, 5, size=2))
+    Dc = hc * Kc
+    m = MultiHeadAttention(d_model=Dc, h=hc, d_k=Kc, d_v=Kc, rng=check_rng)
+    xc = check_rng.standard_normal((2, int(check_rng.integers(2, 7)), Dc))
     ref, _ = multi_head_loop(xc, xc, m)
     w = {name: t.numpy().astype(np.float64) for name, t in m.named_parameters()}
     assert all(np.all(w[f"{n}.bias"] == 0) for n in ("w_q", "w_k", "w_v", "w_o")), "biases start at zero"
-    got = multi_head_self_attention(xc, w["w_q.weight"], w["w_k.weight"], w["w_v.weight"], w["w_o.weight"], hc)
+    with calls_to(MultiHeadAttention.forward, Attention.forward, multi_head_loop) as calls:
+        got = multi_head_self_attention(xc, w["w_q.weight"], w["w_k.weight"], w["w_v.weight"], w["w_o.weight"], hc)
+    assert not calls, f"write it in NumPy, without a loop over heads: the answer called {dict(calls)}"
     mt.assert_close(np.asarray(got), ref, name="multi-head self-attention")
 
 
@@ -303,6 +307,18 @@ def _one_head(x, wq, wk, wv, wo, h):                                # ignores h
 
 assert fails(check_split_merge, _split_wrong, _merge_wrong), "check_split_merge accepted interleaved heads"
 assert fails(check_mhsa, _one_head), "check_mhsa accepted single-head attention"
+
+
+def _through_the_library(x, wq, wk, wv, wo, h):                    # the right numbers, by the library's module
+    module = MultiHeadAttention(d_model=x.shape[-1], h=h, d_k=wq.shape[1] // h, d_v=wv.shape[1] // h)
+    module.w_q.weight, module.w_k.weight, module.w_v.weight, module.w_o.weight = \
+        (mt.nn.Parameter(w, dtype="float64") for w in (wq, wk, wv, wo))
+    for linear in (module.w_q, module.w_k, module.w_v, module.w_o):
+        linear.bias = mt.nn.Parameter(np.zeros(linear.out_features), dtype="float64")
+    return module(mt.tensor(x, dtype="float64"))[0].numpy()
+
+
+assert fails(check_mhsa, _through_the_library), "check_mhsa accepted the library's MultiHeadAttention"
 
 # %%
 finish("06_multi_head_attention", {check_split_merge: "split_heads merge_heads", check_mhsa: "multi_head_self_attention"})

@@ -35,7 +35,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import minitensor as mt
-from _common import FAST, fails, finish, hold_training_path, numba_cuda, one_cpu_thread, own_answer, show
+from _common import FAST, calls_to, fails, finish, hold_training_path, numba_cuda, one_cpu_thread, own_answer, show
 from minitensor import Function, nn
 from transformer import TransformerConfig
 from transformer import layers as library
@@ -506,12 +506,18 @@ def _rms_norm_autograd(x, gamma, eps):
 
 
 def check_rms_norm_backward(rms_norm_backward) -> None:
-    """Exercise 2: dx against autograd for random inputs and a random cotangent."""
-    check_rng = np.random.default_rng(21)
-    xs, gs, dys = check_rng.standard_normal((3, 9)) * 2, check_rng.standard_normal(9), check_rng.standard_normal((3, 9))
+    """Exercise 2: dx against autograd for random inputs and a random cotangent, drawn afresh each call; the
+    answer is derived by hand, so it may not run autograd itself."""
+    check_rng = np.random.default_rng()
+    rows, Dc = (int(n) for n in check_rng.integers(2, 10, size=2))
+    xs, gs, dys = check_rng.standard_normal((rows, Dc)) * 2, check_rng.standard_normal(Dc), \
+        check_rng.standard_normal((rows, Dc))
+    with calls_to(mt.Tensor.backward) as calls:
+        got = np.asarray(rms_norm_backward(dys, xs, gs, 1e-5), dtype=np.float64)
+    assert not calls, "derive RMSNorm's dx by hand: the answer ran autograd (Tensor.backward)"
     leaf = mt.tensor(xs, requires_grad=True, dtype="float64")
     (_rms_norm_autograd(leaf, mt.tensor(gs, dtype="float64"), 1e-5) * dys).sum().backward()
-    mt.assert_close(np.asarray(rms_norm_backward(dys, xs, gs, 1e-5), dtype=np.float64), leaf.grad, name="RMSNorm dx")
+    mt.assert_close(got, leaf.grad, name="RMSNorm dx")
 
 
 def _connection(kind):
@@ -553,6 +559,15 @@ def _only_checks_normalised(connection, d_model):                 # misses "no r
 
 
 assert fails(check_rms_norm_backward, _rms_backward_as_layernorm), "check_rms_norm_backward accepted LayerNorm's dx"
+
+
+def _rms_backward_by_autograd(dy, x, gamma, eps):                   # the right numbers, by autograd
+    leaf = mt.tensor(x, requires_grad=True, dtype="float64")
+    (_rms_norm_autograd(leaf, mt.tensor(gamma, dtype="float64"), eps) * dy).sum().backward()
+    return leaf.grad
+
+
+assert fails(check_rms_norm_backward, _rms_backward_by_autograd), "check_rms_norm_backward accepted autograd"
 assert fails(check_is_post_norm, _only_checks_normalised), "check_is_post_norm accepted a test that ignores the residual"
 
 # %%
