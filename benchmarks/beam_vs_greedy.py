@@ -1,4 +1,4 @@
-"""Beam search against greedy decoding under the §6.1 score, sentence by sentence (issue #33).
+"""Beam search against greedy decoding under the §6.1 score, sentence by sentence.
 
     python benchmarks/beam_vs_greedy.py --ckpt runs/demo/averaged_last5.safetensors \
         --src runs/prepared/builtin-*/test.en --ref runs/prepared/builtin-*/test.de

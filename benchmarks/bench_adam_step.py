@@ -1,6 +1,6 @@
 """Adam step: float64 NumPy reference, a float32 NumPy twin, and every Numba version.
 
-Size: about the parameter count of the CPU Transformer benchmark (issue 7): P = 10M float32.
+Size: about the parameter count of the CPU Transformer benchmark (`train bench --preset cpu`): P = 10M float32.
 Bytes (napkin math): read param, grad, m, v and write param, m, v, 7 * P * 4.
 Each call updates the buffers in place; repeated calls keep them finite, so timing is fair.
 """

@@ -1,4 +1,4 @@
-"""CUDA graphs and cuBLAS plans on the GPU: the proof and the timings of issue #27 (gpu_lease.sh call2).
+"""CUDA graphs and cuBLAS plans on the GPU: the proof and the timings (benchmarks/gpu_lease.sh, lane cuda_graph).
 
 1. cuBLAS planning: host µs per product through cupy_blas, planned on every call vs replayed from
    the plan dict (a Linear of the base step, bf16 (25000, 512) @ (512, 512)).
@@ -6,9 +6,12 @@
    batch shape; minitensor.backends.cuda_graph.GraphedCall): captured once, replayed; the gradients
    of every parameter against the eager ones, on the capture's batch and on a new one; GPU ms and
    host ms (cupyx.profiler.benchmark's CPU time: the Python that queues the work) eager vs replayed.
-3. A function that reads a value on the host cannot be captured: it must run eagerly, said once.
+3. What a replay would get wrong is refused or ordered: a function that reads a value on the host,
+   one with dropout on (its seed is a host number) and one that uploads from the host each run
+   eagerly, said once, with fresh values on every call; an input still being written on the caller's
+   stream (by a large product) is what the capture's warm-up sees.
 What a whole training update needs before it can be captured (device-resident dropout seeds,
-learning rate, step and token counts; inputs copied into fixed buffers) is listed in the README.
+learning rate, step and token counts; inputs copied into fixed buffers) is listed in docs/gpu_step.md.
 
     PYTHONPATH=. python benchmarks/bench_cuda_graph.py [--batch 250] [--json out.json]
 """
@@ -102,6 +105,34 @@ def fallback(report):
           flush=True)
 
 
+def hazards(report):
+    backend = mt.get_backend("cuda")
+    dropout = mt.nn.Dropout(0.1, rng=np.random.default_rng(0))
+    x = cp.ones(1 << 20, dtype=cp.float32)
+    for name, fn in (("dropout", lambda a: dropout(mt.Tensor(a, backend="cuda")).data),
+                     ("upload", lambda a: a + backend.asarray(np.random.default_rng().random(1, dtype=np.float32)))):
+        said = []
+        graphed = GraphedCall(fn, backend, log=said.append)
+        first, second = (graphed(x).copy() for _ in range(2))
+        fresh = not bool(cp.array_equal(first, second))
+        report[f"{name}_refused_said_once_fresh_values"] = len(said) == 1 and fresh
+        print(f"{name}: {said[0] if said else 'captured?!'}; said {len(said)} time(s), fresh values each call: {fresh}",
+              flush=True)
+    big = cp.random.default_rng(2).standard_normal((8192, 8192), dtype=cp.float32)
+    total = cp.zeros((8192, 8192), dtype=cp.float32)
+
+    def accumulate(a):                                  # a side effect: every run of fn, the warm-up's too, adds a
+        total[...] += a
+        return total
+
+    written = big @ big                                 # ~10 ms still running on the caller's stream
+    GraphedCall(accumulate, backend)(written)
+    cp.cuda.Device().synchronize()
+    worst = float(cp.abs(total - 2 * written).max() / cp.abs(written).max())   # warm-up + replay: 2 written
+    report["capture_waits_for_its_inputs_max_rel_diff"] = worst
+    print(f"capture after an unfinished producer: max |total - 2 written| / max |written| = {worst:.1e}", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch", type=int, default=250, help="sentences of 100 tokens per side (default 250)")
@@ -109,7 +140,7 @@ def main():
     args = parser.parse_args()
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     report = {"device": props["name"].decode(), "batch": args.batch, "dtype": str(BF16)}
-    for part in (planning, lambda r: graph(r, args.batch), fallback):
+    for part in (planning, lambda r: graph(r, args.batch), fallback, hazards):
         try:
             part(report)
         except Exception as exc:  # noqa: BLE001 - a failing part is reported, the others still run

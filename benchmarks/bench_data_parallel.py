@@ -9,8 +9,8 @@
 2. NCCL all-reduce of 256 MB with one rank (in place), beside a device-to-device copy of the same
    size: one GPU has no link to measure; `mpiexec -n 8 python -m train scale --backend cuda
    --allreduce-only` measures the real bus bandwidth on an 8-GPU node.
-The projection to 8 GPUs is `python -m train scale --backend cuda`. Run by benchmarks/gpu_lease.sh call2.
-Benchmarks report; they never assert.
+The projection to 8 GPUs is `python -m train scale --backend cuda`. Run by benchmarks/gpu_lease.sh (lane nccl),
+which reads the --json file; each fit's time is printed as it ends. Benchmarks report; they never assert.
 """
 from __future__ import annotations
 
@@ -57,6 +57,7 @@ def fit_overhead(steps: int, log_every: int = 20, rounds: int = 2) -> dict:
                 run_dir = Path(tmp) / f"{name}_{r}"
                 fit(run_config, run_dir, progress=False, comm=comm)
                 times[name].append(step_ms(run_dir, log_every))
+                print(f"fit {r + 1}/{rounds}, {name:4s}: {times[name][-1]:.2f} ms/update", flush=True)
     none, with_nccl = min(times["none"]), min(times["nccl"])
     return {"step_ms_no_comm": none, "step_ms_nccl_world1": with_nccl, "overhead": with_nccl / none - 1,
             "all_runs_ms": times}
@@ -95,8 +96,10 @@ def main() -> None:
     args = parser.parse_args()
     import cupy
 
-    result = {"device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
-              "fit": fit_overhead(args.steps), "allreduce": allreduce_one_rank()}
+    result = {"device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()}
+    print(f"{result['device']}: {args.steps} updates per fit, no communicator and NCCL alternating", flush=True)
+    result["fit"] = fit_overhead(args.steps)
+    result["allreduce"] = allreduce_one_rank()
     fit_r, ar = result["fit"], result["allreduce"]
     print(f"{result['device']}: fit, base model, fp16, built-in task, ~12k tokens per batch")
     print(f"  no communicator  {fit_r['step_ms_no_comm']:8.2f} ms/update")

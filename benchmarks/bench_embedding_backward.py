@@ -1,6 +1,6 @@
 """Embedding backward (scatter-add): float64 NumPy reference, a float32 twin, every Numba version.
 
-Size: the CPU Transformer benchmark (issue 7): N = 64 x 32 = 2048 tokens, D = 256,
+Size: the CPU Transformer benchmark (`train bench --preset cpu`): N = 64 x 32 = 2048 tokens, D = 256,
 num_embeddings = V = 8000 (Zipf-like ids, so many repeats).
 Bytes (napkin math): read dout, write the whole table once, (N * D + V * D) * 4 (+ ids N * 8).
 """

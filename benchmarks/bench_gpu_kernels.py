@@ -4,7 +4,7 @@ Sizes are Transformer-base training shapes (Table 3, batches of ~25000 tokens): 
 scores (B, H, T, L) = (250, 8, 100, 100); LayerNorm rows (25000, 512); logits (25000, 37000);
 Adam over 63M parameters; embedding rows (25000, 512) into a 37000-row table; GEMMs at 4096^3;
 bf16 (uint16 bits) beside float32 and float16 where mixed precision uses it, bf16_cast, the
-base step's half-precision GEMMs through cupy.matmul and through cupy_blas, and (issue #27, each
+base step's half-precision GEMMs through cupy.matmul and through cupy_blas, and (each
 from its own bench_<op>.py) dropout + add + LayerNorm both ways and the bias kernels.
 Napkin math, the bytes each op must move at least once (s = bytes per element):
   softmax fwd 2ns (x, y) | softmax bwd 3ns (y, dy, dx) | layernorm fwd 2ns + 8 rows (mean, rstd)
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import time
 
 import cupy as cp
@@ -338,13 +339,13 @@ def bench_matmul(table, rng, size=4096):
 
 
 def bench_sublayer(table, rng):
-    """dropout + add + LayerNorm, both ways (issue #27), from their own bench files."""
+    """dropout + add + LayerNorm, both ways, from their own bench files."""
     for op in ("dropout_add_layernorm_forward", "dropout_add_layernorm_backward"):
         importlib.import_module(f"benchmarks.bench_{op}").gpu(table, rng)
 
 
 def bench_bias(table, rng):
-    """bias + ReLU and the bias's backward (issue #27), from their own bench files."""
+    """bias + ReLU and the bias's backward, from their own bench files."""
     for op in ("bias_relu_forward", "bias_backward"):
         importlib.import_module(f"benchmarks.bench_{op}").gpu(table, rng)
 
@@ -369,9 +370,10 @@ def main(only=""):
             start = time.perf_counter()
             bench(table, rng)
             print(f"[{name}: {time.perf_counter() - start:.1f} s]", flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"dram_copy_gbps": table.peak_gbps, "rows": table.rows}, f, indent=1)
+            if args.json:   # after each bench, whole (renamed into place): a run stopped at its limit keeps its rows
+                with open(f"{args.json}.tmp", "w") as f:
+                    json.dump({"dram_copy_gbps": table.peak_gbps, "rows": table.rows}, f, indent=1)
+                os.replace(f"{args.json}.tmp", args.json)
     table.print()
 
 

@@ -1,6 +1,6 @@
 """Softmax forward: float64 NumPy reference, a float32 NumPy twin, and every Numba version.
 
-Size: attention scores of the CPU Transformer benchmark (issue 7): B=64 sentences, H=4 heads,
+Size: attention scores of the CPU Transformer benchmark (`train bench --preset cpu`): B=64 sentences, H=4 heads,
 T=S=32 tokens, so x is (B, H, T, S) float32 with a (B, 1, 1, S) padding mask.
 Bytes (napkin math): read x and write y once, 2 * B*H*T*S * 4; the mask is B*S bytes.
 """

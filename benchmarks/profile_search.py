@@ -1,4 +1,4 @@
-"""Where beam search spends its time on a CPU: search.py (the chapters') beside fast_search.py (issue #32).
+"""Where beam search spends its time on a CPU: search.py (the chapters') beside fast_search.py.
 
     python benchmarks/profile_search.py --ckpt runs/demo/averaged_last5.safetensors \
         --src runs/prepared/builtin-*/test.en --n 200

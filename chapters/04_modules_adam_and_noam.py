@@ -381,7 +381,7 @@ hold_training_path("nn.Linear (xW + b)", lambda x, w, b: mt.functions.Linear.app
                    own_answer(lambda x, w, b: x @ w + b, linear_inputs, r_linear), r_linear)
 hold_training_path("dropout (p = 0.3)", lambda x: mt.functions.Dropout.apply(x, p=p_path, seed=seed_path),
                    {"x": x_drop}, own_answer(lambda x: dropout(x, p_path, u_path), {"x": x_drop}, r_drop), r_drop,
-                   backends=("numpy", "numba"))            # a GPU draws its own u (tests/kernels hold its kernel)
+                   backends=("numpy", "numba"))            # a GPU draws its own u (tests/minitensor/kernels hold its kernel)
 for backend in ("numpy", "numba") + (("cupy",) if mt.available("cupy") else ()):
     mt.assert_close(adam_on(backend), p_own, name=f"Adam, the {backend} adam_step kernel: weights after 5 updates "
                                                   f"vs the chapter's own (bias-corrected) Adam")

@@ -214,7 +214,7 @@ hold_training_path(f"multi-head attention (fused Attention, padding mask, dropou
                    lambda q, k, v: Attention.apply(q, k, v, heads=H, mask=padding, p=p_attn, seed=seed_attn)[0],
                    path_inputs, own_answer(lambda q, k, v: multi_head_ours(q, k, v, H, padding, p_attn, u_attn),
                                            path_inputs, r_path), r_path,
-                   backends=("numpy", "numba"))             # a GPU draws its own u (tests/kernels hold its kernels)
+                   backends=("numpy", "numba"))             # a GPU draws its own u (tests/minitensor/kernels hold its kernels)
 assert mt.gradcheck(lambda a, b, c: Attention.apply(a, b, c, heads=H)[0], q64, k64, v64), \
     "the hand-written attention backward disagrees with central differences"
 

@@ -477,7 +477,7 @@ hold_training_path("LayerNorm", lambda x_, g, b: mt.functions.LayerNorm.apply(x_
 hold_training_path("the post-norm sub-layer connection (fused DropoutAddLayerNorm, p_drop = 0.3, the output bias "
                    "folded in)", connection_library,
                    connection_inputs, own_answer(connection_ours, connection_inputs, r_connection), r_connection,
-                   backends=("numpy", "numba"))            # a GPU draws its own dropout mask (tests/kernels hold it)
+                   backends=("numpy", "numba"))            # a GPU draws its own dropout mask (tests/minitensor/kernels hold it)
 
 # %% [markdown]
 # ## Summary

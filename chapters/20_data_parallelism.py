@@ -42,7 +42,7 @@ import numpy as np
 from _common import CHAPTERS, OUT, fails, finish, one_cpu_thread, show
 from minitensor.optim import Adam
 from train.data.batching import pad_batch, shard
-from train.distributed.communicators import mpiexec_path
+from train.distributed.launch import mpiexec_path
 from train.experiments import scale
 from train.run.step import train_step
 from transformer import LabelSmoothingLoss, Transformer, TransformerConfig
@@ -360,14 +360,14 @@ if MPIEXEC is not None:
 # (`mpiexec -n 8 python -m train scale --backend cuda --allreduce-only`), so the
 # projection counts none of it unless told (on CPU ranks MPICH makes no progress
 # in the background at all). Bus bandwidths are presets: NVLink 4 through NVSwitch
-# (H100 SXM) ~450 GB/s, PCIe 5 x16 ~64 GB/s. The single-GPU step is the README's
+# (H100 SXM) ~450 GB/s, PCIe 5 x16 ~64 GB/s. The single-GPU step is docs/results.md's
 # measurement of the base model in fp16 on one H100: **176 ms** for 250
 # sentences × 100 tokens a side. The command:
 #
 #     python -m train scale --preset base --step-ms 176 --link nvlink4 --link pcie5
 
 # %%
-STEP_S = 0.176                                                      # README: base step, one H100, fp16 (measured there)
+STEP_S = 0.176                                                      # docs/results.md: base step, one H100, fp16 (measured there)
 base = TransformerConfig.base()
 grad_bytes = scale.parameter_count(base) * scale.GRAD_BYTES
 table = {key: scale.project(STEP_S, grad_bytes, scale.LINKS[key], bucket_mb=25.0) for key in ("nvlink4", "pcie5")}

@@ -19,7 +19,7 @@
 # > were trained for 300,000 steps (3.5 days). (§5.2)
 #
 # Every chapter so far trained a toy on one CPU. This one walks through the run
-# the paper made, as the README's "The full WMT recipe" section runs it:
+# the paper made, as docs/wmt.md runs it:
 # prepare the corpus once, train the base or big config, average the last
 # checkpoints, score newstest2014. We cannot train it here (hours on 8 GPUs), so
 # each step is shown at a size that runs in seconds and then scaled up with
@@ -205,13 +205,13 @@ if rss["before"] is not None:
 #
 # `benchmarks/bench_prepare.py` prepared a synthetic corpus with WMT14-like
 # lengths (1M pairs, 57M tokens, vocabulary 37,000) on this project's 2-core
-# machine; the README lists what it measured. WMT14 En-De has 4.5 times as many
+# machine; docs/results.md lists what it measured. WMT14 En-De has 4.5 times as many
 # pairs: the ids and the encoding time scale with it, the tokenizer does not
 # (it trains on a fixed 2M-line sample). The memory a training process needs
 # for the ids, each way of holding them:
 
 # %%
-BENCH_1M = {"pairs": 1_000_000, "tokens": 57e6, "tokenizer_s": 92, "encode_s": 163,      # README, measured
+BENCH_1M = {"pairs": 1_000_000, "tokens": 57e6, "tokenizer_s": 92, "encode_s": 163,      # docs/results.md, measured
             "disk_gib": 0.12}
 WMT_PAIRS = 4_500_000                                                                                  # §5.1
 wmt_tokens = BENCH_1M["tokens"] * WMT_PAIRS / BENCH_1M["pairs"]
@@ -233,9 +233,9 @@ show(fig, "21_ids_memory")
 # %% CHECK
 assert abs(2 * BENCH_1M["tokens"] + 2 * (BENCH_1M["pairs"] + 1) * 8 - BENCH_1M["disk_gib"] * 2**30) < 0.01 * 2**30, \
     "the measured 1M-pair folder is 2 bytes a token plus the offsets"
-assert 0.5 < list(memory_gib.values())[0] < 0.65, "README: ~0.6 GiB for WMT14 as uint16"
-assert 1.0 < list(memory_gib.values())[1] < 1.15, "README: 1.1 GiB as int32"
-assert 11 < encode_minutes < 13, "README: ~12 min of encoding on 2 busy cores"
+assert 0.5 < list(memory_gib.values())[0] < 0.65, "docs/wmt.md: ~0.6 GiB for WMT14 as uint16"
+assert 1.0 < list(memory_gib.values())[1] < 1.15, "docs/wmt.md: 1.1 GiB as int32"
+assert 11 < encode_minutes < 13, "docs/wmt.md: ~12 min of encoding on 2 busy cores"
 
 # %% [markdown]
 # ## 2. The base and big configs, line by line against the paper
@@ -315,7 +315,7 @@ assert configs["base"].model.d_k * configs["base"].model.h == configs["base"].mo
 #
 # ## 3. What it costs: a projection for 8 × H100
 #
-# The README measured one training step of the base model on one H100: 250
+# docs/results.md has one training step of the base model on one H100: 250
 # sentences × 100 target tokens (25,000 tokens, the paper's whole update) in
 # 328 ms in fp32 and 176 ms in mixed precision. On 8 GPUs the paper's update is
 # spread over them: `tokens_per_update = 25000` gives each GPU 3,125 tokens (the
@@ -332,7 +332,7 @@ assert configs["base"].model.d_k * configs["base"].model.h == configs["base"].mo
 # checkpoint time.
 
 # %%
-H100_STEP_MS = {"fp32": 328.0, "fp16": 176.0}     # README "Measured": the base step on one H100, 250 x 100 x 100
+H100_STEP_MS = {"fp32": 328.0, "fp16": 176.0}     # docs/results.md, GPU (H100 history): the base step on one H100, 250 x 100 x 100
 B, S, T = 250, 100, 100
 paper_base, paper_big = TransformerConfig.base(), TransformerConfig.big()
 grad_bytes = scale.parameter_count(paper_base) * 4                               # fp32 gradients
@@ -346,8 +346,8 @@ for precision, step_ms in H100_STEP_MS.items():
         report = scale_report.run("base", "cpu", step_ms, None, ["nvlink4"], 25.0, 1, 3, as_json=False)  # prints it
     if precision == "fp16":
         eight_gpus = report["links"]["nvlink4"]["rows"][-1]                   # the n = 8 row, 25,000 tokens a GPU
-    projections[precision] = {name: r["hours_8_devices"]["nvlink4"] for name, r in report["paper_runs"].items()}
-    efficiency[precision] = {name: r["efficiency_8_devices"]["nvlink4"] for name, r in report["paper_runs"].items()}
+    projections[precision] = {name: r["hours"]["nvlink4"] for name, r in report["paper_runs"].items()}
+    efficiency[precision] = {name: r["efficiency"]["nvlink4"] for name, r in report["paper_runs"].items()}
 step_share_s = H100_STEP_MS["fp16"] / 1e3 * train_flops(paper_base, share / T * S, share, S, T) / train_flops(
     paper_base, B * S, B * T, S, T)
 base_hours_no_straggler = 100_000 * (step_share_s + allreduce_s) / 3600          # every GPU as fast as the mean

@@ -314,7 +314,7 @@ if HAVE_TREEBANK:
 #
 # `configs/ptb_parse_cpu.toml` is §6.3's recipe scaled to a CPU: 4 layers,
 # d_model 128 instead of 1024, the words of the sample as a word vocabulary,
-# beam 21, α 0.3, output up to input + 300. The README's "Parsing as
+# beam 21, α 0.3, output up to input + 300. docs/parsing.md's "Parsing as
 # translation" section lists the four commands and the measured result.
 # Without `--fast` this chapter trains a much smaller model for a few minutes
 # on the same data (1 thread) and parses the test sentences of up to 25 words
@@ -326,14 +326,14 @@ if HAVE_TREEBANK:
 # pre-norm; section 6 measures why.
 
 # %%
-README_MODEL_F1 = 47.31  # EVALB F1 of the README's ptb_parse_cpu run (its table: 6,000 steps, beam 21)
+README_MODEL_F1 = 47.31  # EVALB F1 of the ptb_parse_cpu run in docs/results.md (6,000 steps, beam 21)
 if README_MODEL_F1 is None:
-    print("the README's CPU run (ptb_parse_cpu) is not measured yet; to reproduce it:\n"
+    print("the CPU run (ptb_parse_cpu) is not measured yet; to reproduce it:\n"
           "  python -m train fit --config configs/ptb_parse_cpu.toml\n"
           "  python -m train average --last 5 runs/ptb_parse_cpu\n"
           "  python -m train parse-eval --ckpt runs/ptb_parse_cpu/averaged_last5.safetensors --gold runs/ptb_parse_cpu")
 else:
-    print(f"README, measured: the ptb_parse_cpu model F1 {README_MODEL_F1:.2f} vs right-branching {report.all.f1:.2f}")
+    print(f"docs/results.md, measured: the ptb_parse_cpu model F1 {README_MODEL_F1:.2f} vs right-branching {report.all.f1:.2f}")
 if FAST or not HAVE_TREEBANK:
     print("--fast (or no treebank): no model trained here")
 else:
@@ -439,7 +439,7 @@ assert post_spreads == sorted(post_spreads, reverse=True), "each post-norm layer
 assert at_init["post"]["memory.spread"] < 0.7 * at_init["pre"]["memory.spread"], "post-norm starts with less spread"
 
 # %% [markdown]
-# That is a handicap, not yet a collapse. The runs of the README's table show
+# That is a handicap, not yet a collapse. The runs of docs/parsing.md's table show
 # what training makes of it. The file below keeps what `norm_plots.draw_runs`
 # draws of each run's `metrics.jsonl` (`norm_plots.runs_table`); each run is
 # `python -m train fit --config configs/ptb_parse_cpu.toml --set train.log_norms=true`

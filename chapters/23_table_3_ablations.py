@@ -31,7 +31,7 @@
 # beside the paper's. This chapter reads the runner: the grid against Table 3,
 # the rule that scales it to a small base, the parameter counts against the
 # paper's column, a tiny grid trained live, and which of the paper's
-# conclusions held in the README's measured CPU grid.
+# conclusions held in the measured CPU grid of docs/ablations.md.
 #
 # From the library we use: `train.experiments.ablate_grid` (Table 3 typed in as `TABLE3`,
 # `expand`, the scaling rule, `count_parameters`), `train.experiments.ablate` (`run_grid`,
@@ -260,11 +260,11 @@ assert live["D3"]["same_direction_ppl"] == live["D4"]["same_direction_ppl"] == "
 # %% [markdown]
 # ## 5. Which conclusions held at this scale
 #
-# The README reports a real grid: rows A, D and E on the built-in task at
+# docs/ablations.md reports a real grid: rows A, D and E on the built-in task at
 # `configs/demo.toml`'s size, 600 steps each on 2 CPU cores (14.8 min), one
 # seed, dev BLEU on 100 sentences, greedy. Its measured dev numbers are typed
 # below; fed to `ablate_report` with the paper's lines, they must give back the
-# README's "same direction" column. Then we read it, claim by claim.
+# "same direction" column of docs/ablations.md. Then we read it, claim by claim.
 
 # %%
 README_CPU = {"base": (1.10, 96.14), "A1": (1.15, 94.65), "A2": (1.10, 94.94), "A3": (1.09, 99.39),   # measured:
@@ -308,7 +308,7 @@ assert [claim for claim, held in claims.items() if not held] == ["too many heads
 # at 600 steps the base (96.1) is still climbing and sits below most variants,
 # so its changes measure the base's luck, with one seed, more than the
 # variants. To test the paper's BLEU claims, run a real task long enough for
-# the base to converge (`configs/multi30k.toml` on a GPU, README), and more
+# the base to converge (`configs/multi30k.toml` on a GPU, docs/ablations.md), and more
 # than one seed.
 #
 # ## Summary

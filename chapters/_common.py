@@ -77,14 +77,14 @@ def numba_cuda():
     """(numba.cuda, on_gpu): the real GPU when CuPy can run on one, else numba's CUDA simulator.
 
     The simulator runs every CUDA thread as a Python thread on the CPU: the same answers, with
-    timings that mean nothing. It is switched on as tests/kernels does it, NUMBA_ENABLE_CUDASIM=1,
+    timings that mean nothing. It is switched on as tests/minitensor/kernels does it, NUMBA_ENABLE_CUDASIM=1,
     which numba reads when it loads its config: so before numba.cuda is first imported (numba.cuda
-    comes through the library's one compat place, minitensor/backends/numba_cuda_compat.py).
+    comes through the library's one compat place, minitensor/kernels/numba_cuda_compat.py).
     """
     import numba.core.config
 
     from minitensor import available
-    from minitensor.backends.numba_cuda_compat import import_numba_cuda
+    from minitensor.kernels.numba_cuda_compat import import_numba_cuda
 
     on_gpu = available("cupy")
     if not on_gpu and "numba.cuda" not in sys.modules:

@@ -10,6 +10,8 @@ import math
 
 import numpy as np
 
+from .backends.cuda_graph import refuse_in_capture
+
 
 class NoamSchedule:
     """§5.3, Eq. (3): lrate = d_model^−0.5 · min(step^−0.5, step · warmup^−1.5).
@@ -48,6 +50,7 @@ class Optimizer:
 
     def current_lr(self, step: int | None = None) -> float:
         step = self.step_count if step is None else step
+        refuse_in_capture("the learning rate and step are host numbers")
         return float(self.lr(step)) if callable(self.lr) else float(self.lr)
 
     def zero_grad(self) -> None:

@@ -284,7 +284,7 @@ def test_quote_checker_catches_altered_and_misattributed_quotes():
 
 
 def test_quote_checker_rejects_a_quotation_across_unlisted_sentences(tmp_path):
-    """Issue 30: a quotation that drops a sentence of the paper must say so with "...", even where the list
+    """A quotation that drops a sentence of the paper must say so with "...", even where the list
     skips that sentence: the list marks the gap ("§x | …") and nothing matches across it."""
     listed = tmp_path / "sentences.txt"
     listed.write_text("§5.2 | We trained the base models for a total of 100,000 steps or 12 hours.\n§5.2 | …\n"

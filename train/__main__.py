@@ -9,6 +9,7 @@
     python -m train translate --ckpt CKPT [--beam 4 --alpha 0.6] [--nbest K] < input.txt > output.txt
     python -m train translate --ckpt CKPT --input FILE --output FILE [--force]
     python -m train evaluate --ckpt CKPT --src SRC --ref REF      sacreBLEU + signature, chrF, paper BLEU
+    python -m train tune-decoding --ckpt CKPT --src DEV.src --ref DEV.ref   beam and α chosen on dev (§6.1)
     python -m train score --hyp HYP --ref REF                     the same scores for a file of translations
     python -m train average RUN_DIR [--last K] [--out PATH]        §6.1 checkpoint averaging
     python -m train plot RUN_DIR                                   PNG curves (+ attention heat-map)
@@ -16,7 +17,7 @@
     python -m train bench [--backend cpu|numpy|cuda] [--precision fp32|bf16|fp16]   one step, ours vs PyTorch
     python -m train bench --decode [--ckpt CKPT --src FILE]        translation time, ours vs CTranslate2
     python -m train export --format ctranslate2 --ckpt CKPT --out DIR   serve a trained model with CTranslate2
-    python -m train scale [--backend cpu|cuda] [--step-ms MS] [--link nvlink4|pcie5|GBPS]   1-8 GPU projection
+    python -m train scale [--backend cpu|cuda] [--step-ms MS] [--gpu H100] [--nodes 2] [--validate]   GPU projection
     python -m train doctor                                         versions, devices, backends
     python -m train ablate --grid table3 --config configs/X.toml [--rows A,D] [--steps N] [--list]
                                                                    Table 3's variations, ours beside the paper
@@ -48,10 +49,14 @@ def _add_debug(parser: argparse.ArgumentParser, default=argparse.SUPPRESS) -> No
                         help="show full tracebacks instead of one-line errors")
 
 
-def _add_decoding(parser: argparse.ArgumentParser, beam: int = 4, alpha: float = 0.6, max_len_b: int = 50,
-                  section: str = "§6.1") -> None:
-    parser.add_argument("--beam", type=int, default=beam, help=f"beam size; 1 = greedy (default {beam}, {section})")
-    parser.add_argument("--alpha", type=float, default=alpha, help=f"length penalty α (default {alpha}, {section})")
+def _add_search(parser: argparse.ArgumentParser, beam: int = 4, alpha: float = 0.6, section: str = "§6.1") -> None:
+    parser.add_argument("--beam", type=int, default=None,
+                        help=f"beam size; 1 = greedy (default: the run's choice of tune-decoding, else {beam}, {section})")
+    parser.add_argument("--alpha", type=float, default=None,
+                        help=f"length penalty α (default: the run's choice of tune-decoding, else {alpha}, {section})")
+
+
+def _add_decoding(parser: argparse.ArgumentParser, max_len_b: int = 50, section: str = "§6.1") -> None:
     parser.add_argument("--max-len-b", type=int, default=max_len_b,
                         help=f"longest output = source length + this (default {max_len_b}, {section})")
     parser.add_argument("--max-tokens", type=int, default=4096, help="source tokens per decoding batch (default 4096)")
@@ -71,6 +76,16 @@ def _add_paper_recipe(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--paper-recipe", choices=["paper-2017", "paper-current"], default="paper-2017",
                         help="paper BLEU as tensor2tensor's get_ende_bleu.sh computed it for the paper (paper-2017, "
                              "the default) or as it does today (paper-current: unicode punctuation normalised first)")
+
+
+def _numbers(kind):
+    """A comma-separated list of numbers, e.g. 0,0.6,1.5."""
+    def parse(text: str) -> list:
+        try:
+            return [kind(item) for item in text.split(",") if item.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--config", type=Path, default=None, help="TOML run config, e.g. configs/demo.toml")
     fit.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
                      help="resume RUN_DIR with its own config.json and prepared data, instead of --config "
-                          "(--set may change the settings README 'Resuming' lists, e.g. train.lr_factor)")
+                          "(--set may change the settings docs/wmt.md 'Resuming' lists, e.g. train.lr_factor)")
     fit.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config value, e.g. model.d_model=256 (repeatable)")
     fit.add_argument("--run-dir", type=Path, default=None, help="default runs/<config name>")
@@ -140,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     translate.add_argument("--force", action="store_true", help="overwrite --output if it exists")
     translate.add_argument("--nbest", type=int, default=0, metavar="K",
                            help="the K best translations of each line, as LINE<TAB>SCORE<TAB>TEXT (K <= --beam)")
+    _add_search(translate)
     _add_decoding(translate)
     _add_debug(translate)
 
@@ -151,8 +167,24 @@ def build_parser() -> argparse.ArgumentParser:
                           help="also write the translations here (a new file; lines go to OUT.tmp-<pid> as they are "
                                "done, renamed to OUT once all are)")
     _add_paper_recipe(evaluate)
+    _add_search(evaluate)
     _add_decoding(evaluate)
     _add_debug(evaluate)
+
+    tune = commands.add_parser(
+        "tune-decoding", help="choose beam size and length penalty α on a dev set (§6.1) and store the choice "
+                              "with the run: translate, evaluate and parse-eval then use it")
+    tune.add_argument("--ckpt", type=Path, required=True, help="a checkpoint (.safetensors), e.g. an averaged one")
+    tune.add_argument("--src", type=Path, required=True, help="dev source sentences, one a line")
+    tune.add_argument("--ref", type=Path, required=True, help="dev reference translations, line by line")
+    tune.add_argument("--beams", type=_numbers(int), default=[4], metavar="B,B,...",
+                      help="beam sizes to try beside greedy (default 4)")
+    tune.add_argument("--alphas", type=_numbers(float), default=[0.0, 0.6, 1.0, 1.5, 2.0], metavar="A,A,...",
+                      help="length penalties α to try with each beam size (default 0,0.6,1,1.5,2)")
+    tune.add_argument("--n", type=int, default=0, help="only the first N dev sentences (default 0: all)")
+    tune.add_argument("--no-save", action="store_true", help="print the choice, store nothing")
+    _add_decoding(tune)
+    _add_debug(tune)
 
     score = commands.add_parser("score", help="score a file of translations: sacreBLEU, chrF, paper BLEU")
     score.add_argument("--hyp", type=Path, required=True, help="translations, one a line")
@@ -204,7 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
                             help="EVALB parameter file (default: COLLINS.prm's settings)")
     parse_eval.add_argument("--out", type=Path, default=None,
                             help="also write the parsed trees here, one a line (for `python -m train evalb`)")
-    _add_decoding(parse_eval, beam=21, alpha=0.3, max_len_b=300, section="§6.3")
+    _add_search(parse_eval, beam=21, alpha=0.3, section="§6.3")
+    _add_decoding(parse_eval, max_len_b=300, section="§6.3")
     _add_debug(parse_eval)
 
     doctor = commands.add_parser("doctor", help="versions, devices, and which backends work here")
@@ -269,11 +302,11 @@ def build_parser() -> argparse.ArgumentParser:
     ablate.add_argument("--backend", default=None, help="numpy, numba, cupy, cpu or cuda (overrides train.backend)")
     ablate.add_argument("--no-progress", action="store_true", help="no progress bars")
     _add_debug(ablate)
-    scale = commands.add_parser("scale", help="project the step time and efficiency on 1-8 GPUs (data parallel)",
+    scale = commands.add_parser("scale", help="project the step time and efficiency on 1-8 GPUs or nodes of them",
                                 description="Measure the single-device step and the all-reduce here, then project "
-                                            "data-parallel training on 1-8 devices (train/experiments/scale.py: "
-                                            "straggler, latency per bucket, measured overlap) and check the model "
-                                            "against NVIDIA's published 1-8 A100 run.")
+                                            "data-parallel training on a setup (train/experiments/scale.py: "
+                                            "straggler, latency per bucket, overlap); --validate checks the model "
+                                            "against the published multi-GPU runs it was not fitted on.")
     scale.add_argument("--backend", default="cpu", choices=BACKENDS, metavar="BACKEND",
                        help="cpu (Numba), numpy or cuda (default cpu)")
     scale.add_argument("--preset", choices=["cpu", "base"], default=None,
@@ -281,13 +314,30 @@ def build_parser() -> argparse.ArgumentParser:
     scale.add_argument("--step-ms", type=float, default=None,
                        help="use this single-device step time instead of measuring it (e.g. from `bench`)")
     scale.add_argument("--batch", type=int, default=None, help="sentences per batch (default: the preset's)")
+    scale.add_argument("--tokens-per-gpu", type=int, default=None, metavar="N",
+                       help="tokens per GPU and micro-batch instead of --batch (the preset's lengths)")
+    scale.add_argument("--gpu", choices=["A100", "H100", "H200", "V100"], default=None,
+                       help="the node's GPUs: their NVLink is the link, their datasheet peak rates the MFU check")
+    scale.add_argument("--precision", choices=["fp32", "tf32", "fp16", "bf16"], default=None,
+                       help="of the measured step and the --gpu peak (default fp16 on a GPU, fp32 on a CPU)")
     scale.add_argument("--link", action="append", default=[], metavar="NAME|GBPS",
-                       help="nvlink3, nvlink4, pcie5 or a bus bandwidth in GB/s (repeatable; default: measured + the presets)")
+                       help="nvlink3, nvlink4, pcie5 or a bus bandwidth in GB/s (repeatable; default: the --gpu's "
+                            "NVLink, else measured + the presets)")
+    scale.add_argument("--latency-us", type=float, default=None, help="one all-reduce call at 8 ranks (default 25)")
+    scale.add_argument("--gpus-per-node", type=int, default=8, help="devices in one node (default 8)")
+    scale.add_argument("--nodes", type=int, default=1, help="nodes (default 1); the ring crosses --network between them")
+    scale.add_argument("--network", default="ib-ndr", metavar="NAME|GBPS",
+                       help="what a node's adapters send: ib-hdr (8 x 200 Gb/s), ib-ndr (8 x 400 Gb/s, default) or GB/s")
     scale.add_argument("--bucket-mb", type=float, default=25.0, help="all-reduce bucket size (default 25; 0 = no overlap)")
     scale.add_argument("--accum", type=int, default=1, help="micro-batches per device and update (default 1)")
-    scale.add_argument("--overlap", type=float, default=0.0, metavar="FRACTION",
-                       help="the part of the all-reduce hidden behind backward on the preset or given links, as "
-                            "--allreduce-only measured it on that node (default 0: not measured, none assumed)")
+    scale.add_argument("--overlap", default="0", metavar="on|off|FRACTION",
+                       help="the all-reduce hidden behind backward: on (all but the last bucket, as apex DDP and "
+                            "our NCCL grad_sync run it), off, or the fraction --allreduce-only measured (default 0)")
+    scale.add_argument("--straggler-scale", type=float, default=None, metavar="LAMBDA",
+                       help="a batch's time spread over its FLOPs spread (default: fitted on the validation's fit "
+                            "row; 1 reads FLOPs as time)")
+    scale.add_argument("--validate", action="store_true",
+                       help="print the model against the published runs (fit and held-out rows) and stop")
     scale.add_argument("--steps", type=int, default=3, help="timed steps when measuring (default 3)")
     scale.add_argument("--allreduce-only", action="store_true",
                        help="under mpiexec -n K: measure the all-reduce between the K ranks (bus bandwidth, latency, "

@@ -16,8 +16,9 @@ from train.data.progress import progress_bar
 from train.errors import InputError
 from train.evaluate.scores import corpus_scores
 from train.run import checkpointing
-from train.run.manifest import Manifest, run_containing
+from train.run.manifest import Manifest
 from train.run.run_data import recorded_file
+from train.run.run_names import output_in_run
 from train.threads import busy_note, cpu_threads, current_threads, decoding_threads
 from transformer.checkpoint import CheckpointError
 
@@ -103,12 +104,18 @@ def prepare(args) -> int:
     return 0
 
 
-def _check_decoding(args) -> None:
-    """Decoding options that would silently do something else (beam 0 = greedy) are errors."""
+def _check_decoding(args, defaults: dict | None = None, on_stdout: bool = True) -> None:
+    """--beam/--alpha left out: the run's tuned choice, else `defaults` (beam 4, α 0.6); then decoding options
+    that would silently do something else (beam 0 = greedy) are errors."""
+    from train.experiments.tune_decoding import PAPER_DEFAULT, resolve_args
+
+    resolve_args(args, defaults or PAPER_DEFAULT, on_stdout)
     for flag, value in (("--beam", args.beam), ("--max-tokens", args.max_tokens), ("--max-len-b", args.max_len_b),
                         ("--threads", 1 if args.threads is None else args.threads)):
         if value < (0 if flag == "--max-len-b" else 1):
             raise InputError(f"{flag} must be {'0 or more' if flag == '--max-len-b' else 'at least 1'}, got {value}")
+    if args.alpha < 0:
+        raise InputError(f"--alpha must be 0 or more, got {args.alpha}")
     nbest = getattr(args, "nbest", 0)
     if nbest and not 1 <= nbest <= args.beam:
         raise InputError(f"--nbest must be between 1 and --beam ({args.beam}), got {nbest}")
@@ -137,9 +144,9 @@ def translate(args) -> int:
     """A file (--input) or stdin, line by line as it arrives; to --output or stdout, written as it is produced."""
     from train.evaluate.translate import read_source, translate_in_chunks, translate_stream
 
-    _check_decoding(args)
+    _check_decoding(args, on_stdout=False)
     lines = read_source(args.input) if args.input is not None else None
-    run = run_containing(args.output.resolve()) if args.output is not None else None  # a link: its target's run
+    run = output_in_run(args.output, "translate")  # a link: its target's run
     if run is not None:  # --force in a run directory replaces only a file of the run's, and the output is one
         run[0].refuse_if_foreign(run[1])
     model, tokenizer = _load(args)
@@ -157,33 +164,13 @@ def translate(args) -> int:
     return 0
 
 
-def _references(src: Path, ref: Path) -> tuple[list[str], list[str]]:
-    """(sources, references) line by line: a bad reference is an error before anything is translated, a
-    bad source line a warning and an empty hypothesis (train/evaluate/translate.py read_source)."""
-    from train.evaluate.translate import read_source
-
-    refs = [line for _, line in iter_lines(ref)]
-    sources = read_source(src)
-    _pair_up(src, sources, ref, refs)
-    return sources, refs
-
-
-def _pair_up(first: Path, a: list[str], second: Path, b: list[str]) -> None:
-    for path, lines in ((first, a), (second, b)):
-        if not lines:
-            raise InputError(f"{path}: empty file")
-    if len(a) != len(b):
-        raise InputError(f"{first} has {len(a)} lines but {second} has {len(b)}; they must pair up line by line")
-
-
 def evaluate(args) -> int:
     """Translate a test set (written to --out as it goes) and score it: sacreBLEU, chrF, paper BLEU."""
-    from train.evaluate.translate import translate_in_chunks
+    from train.evaluate.translate import read_pairs, translate_in_chunks
 
     _check_decoding(args)
-    sources, refs = _references(args.src, args.ref)
-    if args.out is not None and args.out.exists():
-        raise InputError(f"{args.out}: exists; choose another --out (nothing is overwritten)")
+    sources, refs = read_pairs(args.src, args.ref)
+    output_in_run(args.out, "evaluate", new=True)
     model, tokenizer = _load(args)
     with _decoding_threads(args), _progress(len(sources), "translating") as bar, \
             output_writer(args.out, False) if args.out is not None else contextlib.nullcontext(lambda text: None) as write:
@@ -194,10 +181,23 @@ def evaluate(args) -> int:
     return 0
 
 
+def tune_decoding(args) -> int:
+    """Beam size and α chosen on a dev set (§6.1) and stored with the run (train/experiments/tune_decoding.py)."""
+    from train.evaluate.translate import read_pairs
+    from train.experiments import tune_decoding as tuning
+
+    sources, refs = read_pairs(args.src, args.ref)
+    model, tokenizer = _load(args)
+    with _decoding_threads(args):
+        return tuning.command(args, model, tokenizer, sources, refs)
+
+
 def score(args) -> int:
     """Score an existing hypothesis file against references: sacreBLEU, chrF, paper BLEU (no model needed)."""
+    from train.evaluate.translate import pair_up
+
     hyps, refs = ([line for _, line in iter_lines(path)] for path in (args.hyp, args.ref))
-    _pair_up(args.hyp, hyps, args.ref, refs)
+    pair_up(args.hyp, hyps, args.ref, refs)
     print(corpus_scores(hyps, refs, paper=args.paper_recipe).format())
     return 0
 
@@ -313,6 +313,7 @@ def export(args) -> int:
     """A checkpoint as a CTranslate2 model directory (train/evaluate/export_ct2.py)."""
     from train.evaluate.export_ct2 import export as export_ct2
 
+    output_in_run(args.out, "export")
     model, tokenizer = checkpointing.load_for_inference(args.ckpt, tokenizer_path=args.tokenizer, backend="numpy")
     out = export_ct2(model, tokenizer, args.out)
     print(f"wrote {out} (CTranslate2: ctranslate2.Translator({str(out)!r}); the vocabulary is the tokenizer's "
@@ -348,10 +349,9 @@ def parse_eval(args) -> int:
     from train.parsing import scoring as parsing
     from train.parsing.evalb import COLLINS, EvalbParams
 
-    _check_decoding(args)
+    _check_decoding(args, defaults={"beam": 21, "alpha": 0.3})
     params = EvalbParams.read(args.prm) if args.prm else COLLINS
-    if args.out is not None and args.out.exists():
-        raise InputError(f"{args.out}: exists; choose another --out (nothing is overwritten)")
+    output_in_run(args.out, "parse-eval", new=True)
     gold_path = args.gold
     if gold_path.is_dir():  # a ptb run: the gold trees of the test split it was prepared with
         test_trees = recorded_file(gold_path, "test_tgt")
@@ -396,5 +396,5 @@ def ablate(args) -> int:
     return ablate_lib.command(args)
 
 
-__all__ = ["fit", "prepare", "translate", "evaluate", "score", "average", "export_tensorboard", "plot", "demo", "bench",
+__all__ = ["fit", "prepare", "translate", "evaluate", "score", "average", "export_tensorboard", "plot", "demo", "bench", "tune_decoding",
            "export", "doctor", "ablate", "scale", "evalb", "parse_eval"]

@@ -57,30 +57,32 @@ class MultiHeadAttention(nn.Module):
 
     Queries, keys and values stay packed (·, ·, H·K) outside the attention op: that is also the
     layout of the decoder's key/value cache, which holds what `project_kv` returns.
-    Fused (config.impl = "fused"): tokens are time-major (T, B, ·); the projections of one input
+    fused (config.impl = "fused"): tokens are time-major (T, B, ·); the projections of one input
     run as one product (StackedLinear: Q, K, V of the same tokens, K, V of the memory), stacked
-    (3 or 2, T, B, H·K), and Attention reads its heads from there in place.
+    (3 or 2, T, B, H·K), and Attention reads its heads from there in place; the batch axis of
+    what project_kv returns is then 2 (`kv_batch_axis`), not 0.
+    output_bias False: W^O leaves its bias out, for the sub-layer connection to add (layers.py).
     """
 
     def __init__(self, d_model: int, h: int, d_k: int, d_v: int, rng: np.random.Generator,
-                 attention_dropout: float = 0.0, fused: bool = False):
+                 attention_dropout: float = 0.0, fused: bool = False, output_bias: bool = True):
         super().__init__()
         self.h, self.d_k, self.d_v, self.fused = h, d_k, d_v, fused
         self.w_q = nn.Linear(d_model, h * d_k, rng=rng)
         self.w_k = nn.Linear(d_model, h * d_k, rng=rng)
         self.w_v = nn.Linear(d_model, h * d_v, rng=rng)
         self.w_o = nn.Linear(h * d_v, d_model, rng=rng)
+        self.w_o.add_bias = output_bias
         # paper silent on dropout of the attention weights; off unless config.attention_dropout > 0
         self.dropout = nn.Dropout(attention_dropout, rng=rng) if attention_dropout > 0 else None
+        self._project, self.kv_batch_axis = (_stacked, 2) if fused else (_separate, 0)
 
     def project_q(self, x: mt.Tensor) -> mt.Tensor:
         return self.w_q(x)                                             # §3.2.2: Q W_i^Q for every i, (B, Tq, D) -> (B, Tq, H·K)
 
     def project_kv(self, x: mt.Tensor) -> tuple:
         """§3.2.2: K W_i^K, V W_i^V: (k (B, Tk, H·K), v (B, Tk, H·Kv)); fused: (kv (2, Tk, B, H·K),), one product."""
-        if self.fused:
-            return (_stacked(x, self.w_k, self.w_v),)
-        return self.w_k(x), self.w_v(x)
+        return self._project(x, self.w_k, self.w_v)
 
     def attend(self, q, *kv, mask=None) -> tuple[mt.Tensor, mt.Tensor]:
         """Queries and what project_kv made (or, fused, one stacked qkv) -> (output (·, ·, D), weights (B, H, Tq, Tk))."""
@@ -88,12 +90,11 @@ class MultiHeadAttention(nn.Module):
         if self.fused:                                                 # the same equations as one op (fused.py)
             p, seed = self.dropout.draw() if self.dropout is not None else (0.0, None)
             heads, weights = Attention.apply(q, *kv, heads=self.h, mask=mask, p=p, seed=seed, time_major=True)
-            weights = mt.Tensor._wrap(weights, q.backend)
-        else:
-            k, v = kv
-            out, weights = scaled_dot_product_attention(                # §3.2.1, Eq. (1) for every head at once
-                split_heads(q, self.h), split_heads(k, self.h), split_heads(v, self.h), mask, self.dropout)
-            heads = merge_heads(out)                                   # §3.2.2: Concat(head_1, ..., head_h)
+            return self.w_o(heads), mt.Tensor._wrap(weights, q.backend)
+        k, v = kv
+        out, weights = scaled_dot_product_attention(                    # §3.2.1, Eq. (1) for every head at once
+            split_heads(q, self.h), split_heads(k, self.h), split_heads(v, self.h), mask, self.dropout)
+        heads = merge_heads(out)                                       # §3.2.2: Concat(head_1, ..., head_h)
         return self.w_o(heads), weights                                # §3.2.2: Concat(...) W^O, (B, Tq, H·Kv) -> (B, Tq, D)
 
     def forward(self, query: mt.Tensor, memory: mt.Tensor | None = None, mask=None):
@@ -101,13 +102,19 @@ class MultiHeadAttention(nn.Module):
 
         Returns (output (B, Tq, D), weights (B, H, Tq, Tk)).
         """
-        if self.fused and memory is None:                              # Q, K, V of the same tokens: one product
-            return self.attend(_stacked(query, self.w_q, self.w_k, self.w_v), mask=mask)
-        return self.attend(self.project_q(query), *self.project_kv(query if memory is None else memory), mask=mask)
+        if memory is None:                                             # Q, K, V of the same tokens (fused: one product)
+            return self.attend(*self._project(query, self.w_q, self.w_k, self.w_v), mask=mask)
+        return self.attend(self.project_q(query), *self.project_kv(memory), mask=mask)
 
 
-def _stacked(x: mt.Tensor, *linears: nn.Linear) -> mt.Tensor:
-    """x W_s + b_s for each of the Linears, as one (n, ..., out) Tensor made by one product (StackedLinear)."""
+def _separate(x: mt.Tensor, *linears: nn.Linear) -> tuple:
+    """x W_s + b_s for each of the Linears, one product each."""
+    return tuple(linear(x) for linear in linears)
+
+
+def _stacked(x: mt.Tensor, *linears: nn.Linear) -> tuple:
+    """x W_s + b_s for each of the Linears, stacked in one (n, ..., out) Tensor made by one product (StackedLinear),
+    in a tuple like _separate's."""
     params = [linear.weight for linear in linears] + [linear.bias for linear in linears]
     half = tuple(p.half(x.dtype) for p in params)                     # the optimizer's copies in x's dtype, if any
-    return StackedLinear.apply(x, *params, half=half if all(h is not None for h in half) else None)
+    return (StackedLinear.apply(x, *params, half=half if all(h is not None for h in half) else None),)

@@ -127,7 +127,7 @@ class _Decoder:
         return np.matmul(x, weight, out=self._scratch(name, len(x), weight.shape[1]))
 
     def _embed(self, ids, table, positions, offset: int):
-        """§3.4-§3.5: Embed(ids)·√d_model + PE[offset + t], as Transformer._embed (no dropout: eval)."""
+        """§3.4-§3.5: Embed(ids)·√d_model + PE[offset + t], as Transformer._into_stacks (no dropout: eval)."""
         weight = table.weight.data
         x = self._scratch("x", ids.size, weight.shape[1]).reshape(*ids.shape, -1)   # (..., D)
         np.multiply(weight[ids], self.model.embeddings.scale, out=x)

@@ -21,13 +21,16 @@ class PositionwiseFeedForward(nn.Module):
 
     fused (config.impl = "fused"): max(0, xW₁ + b₁) runs as one Function (LinearReLU: the product,
     then the bias and the ReLU in one pass over its output); the same math.
+    output_bias False: W₂ leaves b₂ out, for the sub-layer connection to add (layers.py).
     """
 
-    def __init__(self, d_model: int, d_ff: int, rng: np.random.Generator, fused: bool = False):
+    def __init__(self, d_model: int, d_ff: int, rng: np.random.Generator, fused: bool = False,
+                 output_bias: bool = True):
         super().__init__()
         self.fused = fused
         self.w_1 = nn.Linear(d_model, d_ff, rng=rng)
         self.w_2 = nn.Linear(d_ff, d_model, rng=rng)
+        self.w_2.add_bias = output_bias
 
     def forward(self, x: mt.Tensor) -> mt.Tensor:
         if self.fused:

@@ -4,7 +4,7 @@ Shapes: B batch, H heads, Tq queries, Tk keys, D = d_model, K = d_k, Kv = d_v.
 The fused model runs its stacks time-major, tokens (T, B, D) (model.py says why).
 
 `TransformerConfig.impl = "fused"` runs these; `"composed"` (the default) runs the
-op-by-op code they replace. Each has its twin, and tests/test_fused_vs_composed.py
+op-by-op code they replace. Each has its twin, and tests/minitensor/test_fused_vs_composed.py
 ties the two together (values and gradients in float64), as does a test that trains
 a few steps both ways:
 
@@ -129,7 +129,7 @@ class DropoutAddLayerNorm(Function):
     x is the residual stream, s the sub-layer's output ("we apply dropout to the output of each
     sub-layer, before it is added to the sub-layer input and normalized", §5.4) and b, an optional
     fifth input, the bias of the sub-layer's last Linear (W^O or W₂), added here instead of by
-    the product (SublayerConnection sets that Linear's add_bias to False). One kernel each way
+    the product (that Linear is built with add_bias False: layers.folds_output_bias). One kernel each way
     (the backward's column sums are a second, small one), instead of a bias fill, dropout, add and
     LayerNorm forward and dropout, LayerNorm's two and a gradient add backward. Backward: dz from
     LayerNorm's backward for z = x + Dropout_p(s + b), then dx = dz, ds = Dropout_p(dz) with the

@@ -31,8 +31,8 @@ class SublayerConnection(nn.Module):
     # Transformer and most later models do); it trains deeper stacks without warm-up tricks. The
     # stacks then end with one more LayerNorm. Default is the paper's "post".
     With config.impl = "fused", post-norm runs as one Function (fused.DropoutAddLayerNorm), which
-    also adds the bias of the sub-layer's last Linear, `output` (W^O, W₂): that Linear then leaves
-    it out (add_bias = False), so no kernel of its own fills or sums it.
+    also adds the bias of the sub-layer's last Linear, `output` (W^O, W₂), when that Linear was
+    built to leave it out (add_bias False: `folds_output_bias`), so no kernel of its own fills or sums it.
     """
 
     def __init__(self, config: TransformerConfig, rng: np.random.Generator, output: nn.Linear | None = None):
@@ -40,10 +40,8 @@ class SublayerConnection(nn.Module):
         self.pre_norm, self.fused = config.norm == "pre", config.impl == "fused"
         self.norm = nn.LayerNorm(config.d_model, eps=config.layernorm_eps)
         self.dropout = nn.Dropout(config.p_drop, rng=rng)
-        folds_bias = self.fused and not self.pre_norm and output is not None
-        if folds_bias:
-            output.add_bias = False
-        object.__setattr__(self, "output", output if folds_bias else None)   # a reference: the sub-layer owns it
+        adds_bias = output is not None and not output.add_bias
+        object.__setattr__(self, "output", output if adds_bias else None)   # a reference: the sub-layer owns it
 
     def forward(self, x: mt.Tensor, sublayer):
         """sublayer: (B, T, D) -> ((B, T, D), aux). Returns (output (B, T, D), aux)."""
@@ -52,21 +50,32 @@ class SublayerConnection(nn.Module):
             return x + self.dropout(out, self.fused), aux          # DEVIATION(§3.1): pre-norm residual
         out, aux = sublayer(x)
         if self.fused:                                             # the same line as one op (fused.py)
-            p, seed = self.dropout.draw()
-            bias = () if self.output is None else (self.output.bias,)    # W^O's or W₂'s, added here
-            half = self.output.bias.half(x.dtype) if bias else None
-            return DropoutAddLayerNorm.apply(x, out, self.norm.gamma, self.norm.beta, *bias, eps=self.norm.eps,
-                                             p=p, seed=seed, time_major=True, half=half), aux
+            return self._dropout_add_norm(x, out), aux
         return self.norm(x + self.dropout(out)), aux               # §3.1, §5.4: LayerNorm(x + Dropout(Sublayer(x)))
+
+    def _dropout_add_norm(self, x: mt.Tensor, out: mt.Tensor) -> mt.Tensor:
+        """LayerNorm(x + Dropout(out + b)) as one Function, time-major; b the bias `output` leaves out, if any."""
+        p, seed = self.dropout.draw()
+        bias = () if self.output is None else (self.output.bias,)    # W^O's or W₂'s, added here
+        half = self.output.bias.half(x.dtype) if bias else None
+        return DropoutAddLayerNorm.apply(x, out, self.norm.gamma, self.norm.beta, *bias, eps=self.norm.eps,
+                                         p=p, seed=seed, time_major=True, half=half)
+
+
+def folds_output_bias(config: TransformerConfig) -> bool:
+    """Whether each sub-layer's last Linear (W^O, W₂) leaves its bias out, for the fused post-norm
+    connection to add in its one kernel: decided here, once, when the layers are built."""
+    return config.impl == "fused" and config.norm == "post"
 
 
 def _attention(config: TransformerConfig, rng) -> MultiHeadAttention:
     return MultiHeadAttention(config.d_model, config.h, config.d_k, config.d_v, rng, config.attention_dropout,
-                              fused=config.impl == "fused")
+                              fused=config.impl == "fused", output_bias=not folds_output_bias(config))
 
 
 def _feed_forward(config: TransformerConfig, rng) -> PositionwiseFeedForward:
-    return PositionwiseFeedForward(config.d_model, config.d_ff, rng, fused=config.impl == "fused")
+    return PositionwiseFeedForward(config.d_model, config.d_ff, rng, fused=config.impl == "fused",
+                                   output_bias=not folds_output_bias(config))
 
 
 class EncoderLayer(nn.Module):
@@ -160,7 +169,7 @@ class Decoder(nn.Module):
         """Encoder-decoder keys/values, computed once per sentence and tiled `beam` times (rows b·beam + j)."""
         n = src_mask.shape[0]                                      # B sentences (memory may be time-major)
         rows = memory.backend.xp.repeat(memory.backend.xp.arange(n), beam)   # (B·beam,) sentence of each row
-        batch_axis = KV_BATCH_AXIS[self.layers[0].cross_attn.fused]
+        batch_axis = self.layers[0].cross_attn.kv_batch_axis      # 0: k (B, S, ·); fused 2: kv (2, S, B, ·)
         layers = []
         for layer in self.layers:
             kv = layer.cross_attn.project_kv(memory)               # (k (B, S, H·K), v) or (kv (2, S, B, H·K),)
@@ -168,9 +177,6 @@ class Decoder(nn.Module):
                 kv = tuple(_rows(a, rows, batch_axis) for a in kv)  # B -> B·beam rows
             layers.append(LayerCache(kv, batch_axis))
         return DecoderCache(layers, src_mask[rows] if beam > 1 else src_mask)
-
-
-KV_BATCH_AXIS = {False: 0, True: 2}   # fused -> the batch axis of what project_kv returns: k (B, T, ·); kv (2, T, B, ·)
 
 
 def _rows(a: mt.Tensor, rows, axis: int) -> mt.Tensor:

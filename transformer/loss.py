@@ -53,17 +53,17 @@ class LabelSmoothingLoss:
         host = targets if isinstance(targets, np.ndarray) else logits.backend.to_numpy(targets)
         n_tokens = int(host.size if self.pad_id is None else (host != self.pad_id).sum())
         flat = logits.reshape(B * T, V)                                        # (B, T, V) -> (N, V)
-        if (flat.dtype == np.float16 and logits.device == "cpu") or (flat.dtype == BF16 and not self.fused):
-            # The kernel reads half-precision logits (bf16 bits too) and keeps its sums in float32
-            # (kernels/README.md): a mixed step makes no float32 (N, V) copy. The CPU's float16
-            # path and the composed ops (bf16 bits are no numbers to them) compute on one.
-            flat = flat.astype(np.float32)
+        if flat.dtype == np.float16 and logits.device == "cpu":
+            flat = flat.astype(np.float32)                                     # the CPU's float16 path computes on a copy
         flat_targets = logits.backend.asarray(host.reshape(-1))               # (N,)
         if self.fused:                                                         # one kernel, no (N, V) q
+            # it reads half-precision logits (bf16 bits too) and keeps its sums in float32
+            # (kernels/README.md): a mixed step makes no float32 (N, V) copy
             rows, nll = CrossEntropy.apply(flat, targets=flat_targets, smoothing=self.eps_ls,
                                            ignore_index=self.pad_id)           # (N,), (N,)
             nll_sum = nll.sum()
         else:
+            flat = flat.astype(np.float32) if flat.dtype == BF16 else flat     # bf16 bits are no numbers to Tensor ops
             log_p = flat.log_softmax(-1)                                       # (N, V) log p_j
             xp = flat.backend.xp
             q = smoothed_targets(xp, flat_targets, V, self.eps_ls, self.pad_id, flat.dtype)   # (N, V)

@@ -90,19 +90,29 @@ class Transformer(nn.Module):
             return self.backend.asarray(xp.ascontiguousarray(ids.T)).T
         return self.backend.asarray(ids)
 
-    def _embed(self, ids, embed, positions: PositionalEncoding, offset: int) -> mt.Tensor:
-        tokens = ids.T if self.time_major else ids                     # (B, L), or (L, B) time-major
-        x = positions(embed(tokens), offset, time_axis=0 if self.time_major else 1)   # §3.5: Embed·√d_model + PE
-        return self.dropout(x.astype(self.compute_dtype), self.time_major)   # §5.4: dropout on the sums
+    def _into_stacks(self, ids, embed, positions: PositionalEncoding, offset: int) -> mt.Tensor:
+        """ids (B, L) (from _ids) -> the stacks' input (B, L, D), or time-major (L, B, D).
+
+        §3.5: Embed·√d_model + PE; §5.4: dropout on the sums, its mask drawn as the (B, L, D) layout's.
+        """
+        if self.time_major:                                            # ids: a (B, L) view of (L, B) memory
+            x = positions(embed(ids.T), offset, time_axis=0)           # (L, B) -> (L, B, D)
+        else:
+            x = positions(embed(ids), offset, time_axis=1)             # (B, L) -> (B, L, D)
+        return self.dropout(x.astype(self.compute_dtype), self.time_major)
+
+    def _out_of_stacks(self, x: mt.Tensor) -> mt.Tensor:
+        """The decoder stack's output as the logits read it, (B, T, D): time-major (T, B, D) costs one copy, D wide."""
+        return x.permute(1, 0, 2) if self.time_major else x
 
     def _encode(self, src, src_mask):
-        x = self._embed(src, self.embeddings.source, self.src_positions, 0)   # (B, S) -> (B, S, D) or (S, B, D)
+        x = self._into_stacks(src, self.embeddings.source, self.src_positions, 0)   # (B, S, D) or (S, B, D)
         return self.encoder(x, src_mask)                               # (B, S, D) or (S, B, D), [maps]
 
     def _decode(self, tgt, memory, src_mask, cache: DecoderCache | None):
         offset = 0 if cache is None else cache.length
         T = tgt.shape[1]
-        x = self._embed(tgt, self.embeddings.target, self.tgt_positions, offset)   # (B, T) -> (B, T, D) or (T, B, D)
+        x = self._into_stacks(tgt, self.embeddings.target, self.tgt_positions, offset)   # (B, T, D) or (T, B, D)
         # §3.2.3: no position attends to a later one. Padding sits at the end of a target, after
         # every real query, so this mask already hides it from them: no target padding mask.
         tgt_mask = None if T == 1 else subsequent_mask(T, past=offset, xp=self.backend.xp)   # (1, 1, T, P+T)
@@ -113,9 +123,7 @@ class Transformer(nn.Module):
         x, self_maps, cross_maps = self.decoder(x, memory, src_mask, tgt_mask, cache)
         if cache is not None:
             cache.advance(T)
-        if self.time_major:
-            x = x.permute(1, 0, 2)                                     # (T, B, D) -> (B, T, D): one copy, D wide
-        logits = self.embeddings.logits(x)                             # (B, T, D) -> (B, T, V)
+        logits = self.embeddings.logits(self._out_of_stacks(x))       # (B, T, D) -> (B, T, V)
         return logits, self_maps, cross_maps
 
     # --- the public interface -------------------------------------------------------------

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from minitensor.backends.numba_cuda_compat import import_numba_cuda
+from minitensor.kernels.numba_cuda_compat import import_numba_cuda
 
 cuda = import_numba_cuda()
 

@@ -15,6 +15,7 @@ import importlib
 import numpy as np
 
 from ..dtypes import BF16, is_half
+from .cuda_graph import refuse_in_capture
 
 # The fused kernels every backend provides, one folder each under minitensor/kernels/.
 KERNELS = ("softmax_forward", "softmax_backward", "layernorm_forward", "layernorm_backward",
@@ -30,6 +31,8 @@ class Backend:
 
     # --- arrays --------------------------------------------------------------
     def asarray(self, data, dtype=None):
+        if not hasattr(data, "__cuda_array_interface__"):
+            refuse_in_capture("an upload from the host")
         return self.xp.asarray(data, dtype=dtype)
 
     def to_numpy(self, array) -> np.ndarray:

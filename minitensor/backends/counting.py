@@ -39,7 +39,7 @@ and copies asynchronously (cupy/_core/core.pyx `_array_default`), so it does not
 Where it differs from CuPy: a full reduction can run as two CUB kernels (counted as one); CuPy
 reuses cached cuBLAS workspaces and pinned buffers we do not model; `float()` of a 0-d device
 array built from a Python number is a sync here and there. The counts are a model to catch
-regressions in CI, to be checked against a profile on the GPU (benchmarks/gpu_lease.sh call2).
+regressions in CI, to be checked against a profile on the GPU (benchmarks/gpu_lease.sh, lanes step_ratio and kernels).
 """
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ template <> struct Acc<double> { typedef double type; };
 // float32 <-> float64 exactly. CuPy compiles with -ftz=true after our own options, and under it a
 // plain (float)d or (double)f flushes float32 subnormals to zero (cvt.rn.ftz.f32.f64,
 // cvt.ftz.f64.f32: 1e-40 would become 0); PTX written out has no .ftz, as the f16 ones below.
-// tests/kernels/test_nvrtc.py holds every kernel's PTX to it.
+// tests/minitensor/kernels/test_nvrtc.py holds every kernel's PTX to it.
 __device__ __forceinline__ float to_f32(float v) { return v; }
 __device__ __forceinline__ float to_f32(double v) {
     float f;

@@ -23,7 +23,7 @@ CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float16): "f16", np.dtype(n
 VPTS = (1, 2, 4, 8, 16, 32)  # values per lane of the one-warp-per-row register kernels: rows <= 1024
 # Our NVRTC options. CuPy appends its own after them (cupy/cuda/compiler.py), -ftz=true among
 # them: float32 subnormals flush to zero in float arithmetic, and in conversions unless written
-# in PTX (common.cuh to_f32, to_f64; tests/kernels/test_nvrtc.py checks the PTX).
+# in PTX (common.cuh to_f32, to_f64; tests/minitensor/kernels/test_nvrtc.py checks the PTX).
 OPTIONS = ("-std=c++17",)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import functions as F
+from ..backends.cuda_graph import refuse_in_capture
 from ..tensor import Tensor
 from . import init
 from .module import Module, Parameter
@@ -98,6 +99,7 @@ class Dropout(Module):
         """(p, seed) for one call; (0.0, None) in eval mode. Fused ops that drop inside take these."""
         if not self.training or self.p == 0.0:
             return 0.0, None
+        refuse_in_capture("dropout's seed is drawn on the host (train with p_drop = 0 to capture)")
         return self.p, int(self.rng.integers(2**63 - 1))
 
 

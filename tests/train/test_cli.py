@@ -13,7 +13,7 @@ from transformer.config import TransformerConfig
 from transformer.model import Transformer
 
 COMMANDS = ["demo", "prepare", "fit", "translate", "evaluate", "score", "average", "plot", "export-tensorboard",
-            "doctor", "bench", "export", "ablate", "scale", "evalb", "parse-eval"]
+            "doctor", "bench", "export", "ablate", "scale", "evalb", "parse-eval", "tune-decoding"]
 
 
 def test_every_command_has_help():
@@ -88,7 +88,7 @@ def test_fit_never_overwrites_an_existing_directory(tmp_path):
     for force in ([], ["--force"]):  # --force starts a *run* over; this folder is not one
         result = run_cli("fit", "--config", str(ROOT / "configs" / "demo.toml"), "--run-dir", str(run_dir), *force)
         line = assert_one_line_error(result, str(run_dir), "not a run directory", "'important.txt'")
-        assert "--force" not in line  # the old message suggested the flag that deleted files
+        assert "--force" not in line  # never suggest the flag that deletes files
         assert sorted(p.name for p in run_dir.iterdir()) == ["important.txt"]
         assert (run_dir / "important.txt").read_text() == "keep me"
 
@@ -177,7 +177,7 @@ def test_prepare_refuses_a_negative_worker_count_before_anything_is_made(tmp_pat
 
 def test_a_file_of_the_users_in_the_way_of_an_output_folder_is_one_line(tmp_path):
     """`plot RUN_DIR` where RUN_DIR/plots is a file of the user's (or any output under a file): one line naming
-    the path, exit 2, the file kept; it was a FileExistsError / NotADirectoryError traceback."""
+    the path, exit 2, the file kept; never a FileExistsError / NotADirectoryError traceback."""
     from train.run.manifest import Manifest
     from train.run.metrics import MetricsWriter
 
@@ -191,7 +191,7 @@ def test_a_file_of_the_users_in_the_way_of_an_output_folder_is_one_line(tmp_path
 
 @pytest.mark.parametrize("command", [["translate", "--ckpt", "x.safetensors"], ["bench", "--no-peer"], ["scale"]])
 def test_an_unknown_backend_is_refused_by_the_parser(command):
-    """`--backend foo` was a ValueError traceback from minitensor in translate, bench and scale."""
+    """`--backend foo` is the parser's one-line error in translate, bench and scale, not a ValueError traceback from minitensor."""
     result = run_cli(*command, "--backend", "foo")
     stderr = result.stderr.decode()
     assert result.returncode == 2 and "invalid choice: 'foo'" in stderr and "Traceback" not in stderr, stderr

@@ -1,11 +1,14 @@
-"""train/ reads as its pipeline: every import goes down the stages, every module says what it is for."""
+"""train/ reads as its pipeline: every import goes down the stages, every module says what it is for, and no
+modules of train/ or transformer/ import each other in a circle (function-local imports included)."""
 
 import ast
 from pathlib import Path
 
 import pytest
+from import_graph import a_cycle, import_graph
 
-TRAIN = Path(__file__).resolve().parents[2] / "train"
+ROOT = Path(__file__).resolve().parents[2]
+TRAIN = ROOT / "train"
 FOUNDATION = {"errors", "config", "threads"}
 CLI = {"__main__", "commands", "doctor"}
 STAGES = ["parsing", "data", "evaluate", "distributed", "run", "experiments"]  # the order of train/__init__.py
@@ -81,3 +84,23 @@ def test_a_planted_upward_import_is_caught(tmp_path):
     bad.write_text('"""A data module that reaches up into the run stage."""\nfrom train.run.loop import fit\n')
     imports = train_imports(bad)
     assert imports == [(2, "train.run.loop")] and layer("train.run.loop") > layer("train.data.files")
+
+
+@pytest.mark.parametrize("package", ["train", "transformer"])
+def test_no_modules_import_each_other_in_a_circle(package):
+    """A helper two modules share lives below both; a function-local import that dodges a circle is still one."""
+    cycle = a_cycle(import_graph(ROOT / package))
+    assert not cycle, "import circle: " + " -> ".join(cycle)
+
+
+def test_a_planted_import_circle_is_caught(tmp_path):
+    """The check above can fail: two modules importing each other (one inside a function) are a circle."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from pkg.b import helper\n")
+    (package / "b.py").write_text("def helper():\n    from . import a\n")
+    (package / "c.py").write_text("from pkg import a, b\n")
+    graph = import_graph(package)
+    assert graph["pkg.c"] == {"pkg.a", "pkg.b"} and a_cycle(graph) == ["pkg.a", "pkg.b", "pkg.a"]
+    assert a_cycle({"x": {"y"}, "y": set()}) == []

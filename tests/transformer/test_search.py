@@ -221,8 +221,8 @@ def greedy_path_with_four_early_finishes():
 
 
 def test_four_early_finishes_do_not_end_the_search():
-    """Issue #33: beam 4 returned "zwanzig" (score -3.78) where greedy found "zwölf" (-0.43) because four poor
-    hypotheses had finished while the greedy path was still live. Decoding goes on until no live hypothesis
+    """Beam 4 must not return "zwanzig" (score -3.78) where greedy finds "zwölf" (-0.43) just because four poor
+    hypotheses finished while the greedy path was still live. Decoding goes on until no live hypothesis
     can beat a finished one (tensor2tensor's rule), so beam 4 is never below greedy here."""
     probs, src = greedy_path_with_four_early_finishes(), np.array([[7, 7, 7]])
     greedy = greedy_decode(TreeModel(probs), src)[0]
@@ -231,7 +231,7 @@ def test_four_early_finishes_do_not_end_the_search():
     assert best[1] == greedy
     assert best[0] == pytest.approx(TreeModel(probs).sequence_log_prob([A] * 5 + [EOS]) / length_penalty(6, 0.6))
     early = beam_search_nbest(TreeModel(probs), src, beam=4, early_stop=True)[0][0]
-    assert early[1] != greedy and early[0] < best[0] - 1.0, "early_stop keeps the old rule: 4 finished, stop"
+    assert early[1] != greedy and early[0] < best[0] - 1.0, "early_stop keeps the rule: 4 finished, stop"
 
 
 @given(seed=st.integers(0, 2**31), k=st.integers(1, 4), alpha=st.sampled_from([0.0, 0.6, 1.5]))

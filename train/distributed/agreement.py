@@ -4,7 +4,7 @@ Data parallelism is only right if every rank starts from the same state: the sam
 same update plan, the same restored step and data position, dropout generator, loss scale and
 checkpoint. Only the weights and Adam's moments are broadcast from rank 0; everything else each
 rank restores by itself, from the run directory it sees. A rank given another config, or a node
-whose copy of the run directory is older, would train on silently wrong (issue #28).
+whose copy of the run directory is older, would train on silently wrong.
 
     check_agreement(comm, {"config": ..., "checkpoint": ..., ...})
 

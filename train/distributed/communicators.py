@@ -22,10 +22,9 @@ Every rank must issue the same collectives in the same order; train/run/step.py 
 train/distributed/grad_sync.py are written so that they do, whatever data each rank holds.
 
 A launch is recognised by the variables every MPI launcher sets for its processes
-(PMI_* for MPICH's mpiexec and Intel MPI, OMPI_* for Open MPI, PMIX_* and SLURM_STEP_NUM_TASKS
-for srun). Many nodes: the ranks of one node are found by MPI's shared-memory split
+(train/distributed/launch.py). Many nodes: the ranks of one node are found by MPI's shared-memory split
 (MPI_COMM_TYPE_SHARED), whatever the launcher and however it placed the ranks; each takes the
-GPU of its local rank (`device_index`), one GPU per rank.
+GPU of its local rank (`launch.device_index`), one GPU per rank.
 
 Failure: MPI cannot carry on once a rank is gone, so the job ends. `abort_on_error` turns an
 exception on any rank into `error: rank R of K: ...` and MPI_Abort, which stops every process of
@@ -42,22 +41,19 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import sys
-import sysconfig
 import time
 import traceback
 
 import numpy as np
 
+from train.distributed.launch import launched_by_mpi, launcher_size, require_nccl, why_no_mpi
 from train.distributed.watchdog import Watchdog
 from train.errors import InputError
 
 ABORT_GRACE_S = 1.0
 SPIN_S = 2e-3                  # a waiting rank asks MPI without pause for this long,
 POLL_S = 2e-4                  # then every POLL_S whether its collective is done
-LAUNCHER_SIZES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS")
-LAUNCHER_VARIABLES = ("PMI_RANK", "PMIX_RANK", *LAUNCHER_SIZES)
 
 
 def _to_json(value) -> str:
@@ -187,58 +183,6 @@ class Mpi:
                                      for r, (pid, host, local) in enumerate(where))
 
 
-def launched_by_mpi(environ=None) -> bool:
-    """True inside a process started by mpiexec, mpirun or srun (with more than one task)."""
-    environ = os.environ if environ is None else environ
-    return any(name in environ for name in LAUNCHER_VARIABLES if name != "SLURM_STEP_NUM_TASKS") \
-        or int(environ.get("SLURM_STEP_NUM_TASKS", "1")) > 1
-
-
-def launcher_size(environ=None) -> int | None:
-    """The number of processes the launcher says it started, where it says it."""
-    environ = os.environ if environ is None else environ
-    return next((int(environ[name]) for name in LAUNCHER_SIZES if name in environ), None)
-
-
-def why_no_mpi() -> str:
-    """"" when `from mpi4py import MPI` works; else why not (mpi4py missing, or no MPI library under it)."""
-    try:
-        from mpi4py import MPI  # noqa: F401 - only whether it loads
-    except (ImportError, RuntimeError, OSError) as err:
-        return f"{type(err).__name__}: {err}"
-    return ""
-
-
-def why_no_nccl() -> str:
-    """"" when NCCL works through CuPy; else why not. `from cupy.cuda import nccl` succeeds without
-    libnccl (then `nccl.available` is False and its functions are missing), so that is checked too."""
-    try:
-        from cupy.cuda import nccl
-    except (ImportError, RuntimeError, OSError) as err:
-        return f"CuPy's NCCL module does not load ({type(err).__name__}: {err})"
-    if not getattr(nccl, "available", False):
-        return "CuPy finds no NCCL library (cupy.cuda.nccl.available is False): pip install nvidia-nccl-cu12 (or -cu13)"
-    return ""
-
-
-def require_nccl(world_size: int) -> None:
-    """An InputError saying what is missing unless NCCL works here."""
-    why = why_no_nccl()
-    if why:
-        raise InputError(f"train.backend = 'cuda' on {world_size} rank(s) needs NCCL: {why}")
-
-
-def mpiexec_path() -> str | None:
-    """The mpiexec of this Python's MPI (the `mpich` package installs it beside python), else PATH's; None without MPI."""
-    if why_no_mpi():
-        return None
-    for folder in (sysconfig.get_path("scripts"), os.path.dirname(sys.executable)):
-        candidate = os.path.join(folder, "mpiexec")
-        if os.path.isfile(candidate):
-            return candidate
-    return shutil.which("mpiexec")
-
-
 def host_from_launcher(environ=None):
     """Mpi over every process of the launch, or SingleProcess without a launcher (or with one process).
 
@@ -265,24 +209,10 @@ def for_backend(host, backend: str, timeout_s: float):
         host.watchdog.timeout_s = timeout_s
     if host.world_size > 1 and backend in ("cupy", "cuda"):
         require_nccl(host.world_size)
-        from train.distributed.nccl import Nccl
+        from train.distributed.nccl import Nccl  # here: nccl.py imports CuPy, which a CPU run may lack
 
         return Nccl(host)
     return host
-
-
-def device_index(local_rank: int, local_size: int, device_count: int) -> int:
-    """The GPU of a rank: its local rank, one GPU per rank; an InputError if a node has more ranks than GPUs.
-
-    A rank that sees a single GPU was given it by the launcher (srun --gpus-per-task=1,
-    CUDA_VISIBLE_DEVICES per rank): that one.
-    """
-    if device_count == 1:
-        return 0
-    if local_size > device_count:
-        raise InputError(f"{local_size} ranks were started on a node with {device_count} GPU(s): start one rank "
-                         f"per GPU (mpiexec -ppn {device_count}, srun --ntasks-per-node={device_count})")
-    return local_rank
 
 
 @contextlib.contextmanager

@@ -18,11 +18,17 @@ into batches of batch_tokens, and the data position counts them), whatever the w
 now: k' ranks take ceil(G / k') each, the last ones padded with empty batches when k' does
 not divide G (the same update, one rank idle for a micro-batch). More ranks than batches
 cannot keep the update and are refused with a one-line error naming both world sizes.
+
+Within an update, `count_update` gives each rank its share's place and the update's token
+counts over every rank, which train_step (train/run/step.py) normalises the loss by.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
+
+import numpy as np
 
 from train.errors import InputError
 
@@ -77,3 +83,35 @@ def resumed_plan(saved: dict, world_size: int, where: str) -> UpdatePlan:
                          f"≤ {plan.batch_tokens:,} tokens per update; {world_size} ranks cannot share them without "
                          f"changing the update: resume on at most {plan.batches} ranks")
     return plan
+
+
+class UpdateCounts(NamedTuple):
+    """One update seen from one rank: where its share sits in the update, and the update's tokens over every rank."""
+
+    first: int            # the update's index of this rank's first micro-batch (micro-batches counted across ranks)
+    used: int             # the update's micro-batches up to its last non-empty one
+    target_tokens: int    # non-pad target tokens, every rank's
+    source_tokens: int    # non-pad source tokens, every rank's
+    padded_tokens: int    # source + target positions including padding (B·S + B·T per batch), every rank's
+
+
+def count_update(comm, batches, pad_id: int) -> UpdateCounts:
+    """This rank's share `batches` [(src, tgt_in, tgt_out) or None, ...] counted, then summed over ranks (one all-reduce).
+
+    Data parallelism (§5.2: 8 GPUs): over k ranks, each rank passes its own share of the
+    update's batches (the same number on every rank, `None` for an empty one), and the update
+    is the one a single process would make on all k shares as micro-batches: the loss is
+    normalised by the global number of target tokens counted here, the gradients are summed
+    once, after the last micro-batch, and every decision (skip on overflow, stop on divergence)
+    is agreed by all ranks (train/run/step.py). Micro-batch g of the update, counted across
+    ranks (`first` + its place in the share), draws its dropout masks from its own stream, so
+    the masks do not depend on how the micro-batches are spread over ranks either.
+    """
+    real = [(j, batch) for j, batch in enumerate(batches) if batch is not None]
+    local = [(int((tgt_out != pad_id).sum()), int((src != pad_id).sum()), src.size + tgt_out.size)
+             for _, (src, _, tgt_out) in real]                             # per batch: target, source, padded
+    first = comm.rank * len(batches)                                         # this share's place in the update
+    ends = np.zeros(comm.world_size, np.int64)                               # per rank: where its real batches end
+    ends[comm.rank] = first + real[-1][0] + 1 if real else 0
+    totals = comm.all_reduce_host(np.concatenate([np.array(local, np.int64).reshape(-1, 3).sum(axis=0), ends]))
+    return UpdateCounts(first, int(totals[3:].max()), *(int(n) for n in totals[:3]))

@@ -1,6 +1,6 @@
 """NCCL collectives on GPU arrays through CuPy: the communicator of multi-GPU training (train/distributed/communicators.py).
 
-One process per GPU (device = local rank, communicators.device_index). Rank 0 makes the NCCL
+One process per GPU (device = local rank, launch.device_index). Rank 0 makes the NCCL
 unique id and the host communicator carries it to the others; small host values, the barrier and
 the abort go over that host communicator too. With one rank the host is SingleProcess and no MPI
 is needed at all (the world-size-1 benchmark: benchmarks/bench_data_parallel.py).
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import cupy
 
-from train.distributed.communicators import device_index, require_nccl
+from train.distributed.launch import device_index, require_nccl
 
 
 class _StreamHandle:

@@ -59,7 +59,7 @@ SACREMOSES_MISSING = "not available: it needs sacremoses, Moses' tokenizer (pip 
 
 PAPER_GAP_NOTE = (
     "sacreBLEU (detokenized, 13a) runs ~1.5 BLEU below the paper's tokenized, compound-split "
-    "multi-bleu score on the same output (tensor2tensor issue 317: 27.52 vs 29.02)."
+    "multi-bleu score on the same output (tensorflow/tensor2tensor issue 317: 27.52 vs 29.02)."
 )
 
 
@@ -176,7 +176,7 @@ def corpus_scores(hyps: list[str], refs: list[str], paper: str | None = DEFAULT_
     chrf = chrf_metric.corpus_score(hyps, [refs])
     try:
         paper_value = paper_bleu(hyps, refs, paper) if paper is not None else None
-    except ImportError:  # sacremoses missing (the GPU image of issue 26): everything else goes on
+    except ImportError:  # sacremoses missing (a GPU image without it): everything else goes on
         paper_value = None
     return Scores(
         bleu=float(bleu.score),

@@ -14,7 +14,7 @@ in force (train/threads.py: `cpu_threads`), each thread decoding whole batches o
 thread. Threads that split every product and kernel wait for each other many times a step,
 and on a busy machine for whichever one another program holds: an untrained base model's
 beam 4 on 64 sentences took 2x longer that way on a quiet machine, 5x with one busy program
-beside it (README, "Serving a trained model").
+beside it (docs/serving.md).
 
 `translate_stream` does the same for a stream that a person or a program writes
 line by line (stdin): it waits for one line, takes whatever else has already
@@ -37,7 +37,7 @@ from pathlib import Path
 
 import minitensor as mt
 from train.data.batching import make_batches, pad_batch
-from train.data.files import no_file
+from train.data.files import iter_lines, no_file
 from train.errors import InputError
 from train.threads import cpu_threads, current_threads
 from transformer import fast_search, search
@@ -268,3 +268,20 @@ def translate_in_chunks(model, tokenizer, lines: Sequence[str], write: Callable[
 
 __all__ = ["translate_ids", "translate_ids_nbest", "translate_lines", "translate_stream", "translate_in_chunks",
            "decode_line", "read_source"]
+
+
+def read_pairs(src: Path, ref: Path) -> tuple[list[str], list[str]]:
+    """(sources, references) line by line: a bad reference is an error before anything is translated, a
+    bad source line a warning and an empty hypothesis (read_source)."""
+    refs = [line for _, line in iter_lines(ref)]
+    sources = read_source(src)
+    pair_up(src, sources, ref, refs)
+    return sources, refs
+
+
+def pair_up(first: Path, a: list[str], second: Path, b: list[str]) -> None:
+    for path, lines in ((first, a), (second, b)):
+        if not lines:
+            raise InputError(f"{path}: empty file")
+    if len(a) != len(b):
+        raise InputError(f"{first} has {len(a)} lines but {second} has {len(b)}; they must pair up line by line")

@@ -2,11 +2,11 @@
 
 Shapes: B sentences, S source length, T target length, V vocab.
 
-Presets (what the issues measure):
+Presets:
   base  Table 3 "base" on the GPU: 37k shared vocab, 250 × 100 tokens per side (§5.1's ~25k target tokens)
   cpu   d_model 256, 3+3 layers, 4 heads, d_ff 1024, 8k vocab, 64 × 32 tokens per side
 
-One step = forward, label-smoothed loss (§5.4), backward, Adam (§5.3) with the
+One step (step_setup.py) = forward, label-smoothed loss (§5.4), backward, Adam (§5.3) with the
 Noam rate (§5.3, Eq. (3)); fp16 mixed precision adds the loss scaler, bf16 needs none.
 Timing: the first step (compiles, allocations) and `warmup` more run untimed, then `steps`
 timed ones; the memory pool is never emptied, so no timed step pays for fresh allocations.
@@ -27,18 +27,15 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
-
 import minitensor as mt
-from minitensor import Function, optim
+from minitensor import Function
 from minitensor.backends.counting import CountingBackend
 from transformer.config import TransformerConfig
-from transformer.loss import LabelSmoothingLoss
-from transformer.model import Transformer
 
 from train.distributed.grad_sync import GradSync
 from train.errors import InputError
-from train.run.loss_scaler import DynamicLossScaler
+from train.experiments import host_time
+from train.experiments.step_setup import setup
 from train.run.metrics import mfu, peak_tflops, train_flops
 from train.run.step import train_step
 
@@ -149,19 +146,6 @@ def bench_ours(cfg: TransformerConfig, backend: str, precision: str, B: int, S: 
     return result
 
 
-def setup(cfg: TransformerConfig, backend, precision: str, B: int, S: int, T: int):
-    """(model, Adam (writing the half copies in mixed precision), loss, scaler (fp16 only), [one batch])."""
-    model = Transformer(cfg, np.random.default_rng(0), backend=backend, precision=precision)
-    opt = optim.Adam(model.named_parameters(), lr=optim.NoamSchedule(cfg.d_model, 4000),
-                     betas=(0.9, 0.98), eps=1e-9, half_dtype=model.compute_dtype)
-    loss_fn = LabelSmoothingLoss(cfg.eps_ls, cfg.pad_id, cfg.impl)
-    scaler = DynamicLossScaler() if precision == "fp16" else None
-    data = np.random.default_rng(1)
-    src = data.integers(4, cfg.vocab_size, (B, S))
-    tgt = data.integers(4, cfg.vocab_size, (B, T + 1))
-    return model, opt, loss_fn, scaler, [(src, tgt[:, :-1], tgt[:, 1:])]   # the one batch of every step
-
-
 def count_launches(cfg: TransformerConfig, precision: str) -> dict:
     """Launches and syncs of one step of cfg's structure as CuPy would run it (counting backend).
 
@@ -231,7 +215,6 @@ def run(preset: str = "cpu", backend: str = "cpu", precision: str = "fp32", step
     if host_only:                                                          # no device needed: nothing runs on one
         if backend != "cuda":
             raise InputError("--host-only measures the host's side of a GPU step: use it with --backend cuda")
-        from train.experiments import host_time
         result = dict(host_time.measure(cfg, precision, B, S, T, steps, warmup), preset=preset, batch=[B, S, T],
                       precision=precision)
         print(json.dumps(result) if as_json else host_time.format_report(result))

@@ -91,8 +91,7 @@ def _ct2_at_its_best() -> str:
     """CTranslate2's float32 matrix products as fast as its Linux x86-64 wheel can do them: Intel MKL.
 
     The wheel takes MKL only on Intel CPUs unless CT2_USE_MKL says otherwise; on this project's AMD
-    EPYC machine its other path made the demo's greedy decoding ~15x slower (README, "Serving a
-    trained model"). A CT2_USE_MKL the user set is kept; CTranslate2 reads it once, at its first
+    EPYC machine its other path made the demo's greedy decoding ~15x slower (docs/serving.md). A CT2_USE_MKL the user set is kept; CTranslate2 reads it once, at its first
     translator in the process. Returns what the report records.
     """
     if platform.system() == "Linux" and platform.machine() == "x86_64":
@@ -136,7 +135,7 @@ def _serve_ct2(conn, model_dir: str, threads: int, pieces: list[str]) -> None:
 
 class _Ct2Process:
     """CTranslate2 in a process of its own: in ours, its OpenMP/MKL threads slowed our decoding 2-10x
-    (README, "Serving a trained model"). Times are taken in that process, CPU seconds its own."""
+    (docs/serving.md). Times are taken in that process, CPU seconds its own."""
 
     def __init__(self, model_dir: Path, threads: int, pieces: list[str]):
         context = multiprocessing.get_context("spawn")                    # nothing of ours in it

@@ -24,7 +24,7 @@ from minitensor.backends.host_only import HostOnlyBackend
 from transformer.config import TransformerConfig
 
 from train.distributed.grad_sync import GradSync
-from train.experiments.bench import setup
+from train.experiments.step_setup import setup
 from train.run.step import train_step
 
 

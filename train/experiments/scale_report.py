@@ -1,16 +1,17 @@
-"""`python -m train scale`: how fast would training run on 1-8 devices? Measured parts, the model, its validation.
+"""`python -m train scale`: how fast would training run on 1-8 devices (or nodes of them)? Measured parts, the model.
 
     python -m train scale                                  # CPU: the cpu preset's step; MPI between 2 local ranks
     python -m train scale --backend cuda                   # one GPU: the base step at 250×100 tokens (~25k per GPU)
-    python -m train scale --preset base --step-ms 176      # project a step measured elsewhere (README: H100, fp16)
+    python -m train scale --preset base --step-ms 176 --gpu H100 --overlap on --nodes 2   # a step measured elsewhere
+                                                           # (docs/results.md: H100, fp16), on 2 nodes of 8 H100s
+    python -m train scale --validate                       # the model against the published runs (scale_validation)
     mpiexec -n 8 python -m train scale --backend cuda --allreduce-only   # bus bandwidth, latency, overlap of 8 GPUs
 
 It measures (or takes) the one-device step, measures the link here (bus bandwidth, latency per
 call, and how much of an all-reduce hides behind compute), takes the per-batch work of WMT-like
 batches at the step's token budget (train/experiments/batch_work.py), and projects with the model
-of train/experiments/scale.py; then it prints the model's check against NVIDIA's published A100
-run (train/experiments/scale_validation.py) and the wall time of the paper's runs (§5.2) with the
-paper's update (§5.1: ~25,000 tokens over 8 devices, 3,125 each).
+of train/experiments/scale.py (λ from scale_validation.py's fit row); then the wall time of the
+paper's runs (§5.2) with the paper's update (§5.1: ~25,000 tokens over all devices, 3,125 each on 8).
 """
 from __future__ import annotations
 
@@ -21,14 +22,13 @@ import time
 
 import numpy as np
 
-from train.distributed import communicators
+from train.distributed import communicators, launch
 from train.errors import InputError
 from train.experiments import batch_work, scale_validation
-from train.experiments.scale import GRAD_BYTES, LINKS, PAPER_RUNS, PAPER_TOKENS_PER_STEP, Link, parameter_count, project
-from train.run.metrics import train_flops
+from train.experiments.scale import (GRAD_BYTES, LINKS, NETWORKS, PAPER_RUNS, PAPER_TOKENS_PER_STEP, Link,
+                                     embedding_bytes, node_link, parameter_count, project)
+from train.run.metrics import peak_tflops, train_flops
 from transformer.config import TransformerConfig
-
-DEVICES = 8                          # §5.2: one machine with 8 GPUs
 
 
 # ------------------------------------------------------------------ measurements
@@ -80,7 +80,7 @@ def host_link(on_gpu: bool) -> tuple[Link | None, float, str]:
     if on_gpu:
         return None, 0.0, ("one GPU: no link to measure; run `mpiexec -n 8 python -m train scale --backend cuda "
                            "--allreduce-only` on the node")
-    mpiexec = communicators.mpiexec_path()
+    mpiexec = launch.mpiexec_path()
     if mpiexec is None:
         return None, 0.0, "no MPI here (pip install mpi4py mpich to measure a link between local ranks)"
     done = subprocess.run([mpiexec, "-n", "2", sys.executable, "-m", "train", "scale", "--allreduce-only", "--json"],
@@ -123,54 +123,103 @@ def _work(cfg: TransformerConfig, budget: int, lengths):
 
 
 def run(preset: str, backend: str, step_ms: float | None, batch: int | None, links: list[str], bucket_mb: float,
-        accum: int, steps: int, as_json: bool, overlap: float = 0.0) -> dict:
+        accum: int, steps: int, as_json: bool, overlap: float = 0.0, *, gpu: str | None = None,
+        precision: str | None = None, tokens_per_gpu: int | None = None, gpus_per_node: int = 8, nodes: int = 1,
+        network_gbps: float = NETWORKS["ib-ndr"], latency_us: float | None = None,
+        straggler_scale: float = scale_validation.STRAGGLER_SCALE) -> dict:
     from train.experiments.bench import PRESETS, bench_ours
 
     on_gpu = backend in ("cuda", "cupy", "gpu")
     spec = PRESETS[preset]
     cfg = TransformerConfig(**spec["model"])
-    B, S, T = batch or spec["batch"], spec["src_len"], spec["tgt_len"]
+    S, T = spec["src_len"], spec["tgt_len"]
+    B = max(1, tokens_per_gpu // max(S, T)) if tokens_per_gpu else batch or spec["batch"]
+    precision = precision or ("fp16" if on_gpu or gpu else "fp32")
     if step_ms is None:
-        precision = "fp16" if on_gpu else "fp32"
         measured = bench_ours(cfg, "cuda" if on_gpu else backend, precision, B, S, T, steps, 1, profile=False)
         step_ms, source = measured["step_ms"], f"measured here ({measured['backend']}, {precision})"
     else:
         source = "given (--step-ms)"
-    chosen = _links(links, on_gpu, overlap)
+    chosen = _links(links, on_gpu, overlap, gpu, latency_us)
     lengths = batch_work.newstest_lengths()                                    # read once: ~0.3 s
     work = _work(cfg, B * max(S, T), lengths)
+    devices = gpus_per_node * nodes
+    setup = {"gpu": gpu, "precision": precision, "gpus_per_node": gpus_per_node, "nodes": nodes,
+             "network_gbps": network_gbps if nodes > 1 else None, "straggler_scale": straggler_scale,
+             "peak_tflops": peak_tflops(gpu, precision)[0] if gpu else None}
     result = {"preset": preset, "batch": [B, S, T], "tgt_tokens_per_device": B * T, "step_ms": step_ms,
               "step_source": source, "parameters": parameter_count(cfg), "bucket_mb": bucket_mb, "accum": accum,
-              "link_notes": chosen["notes"], "straggler_source": _straggler_source(work), "links": {},
-              "paper_runs": {}, "validation": scale_validation.validate(lengths)}
+              "setup": setup, "link_notes": chosen["notes"], "straggler_source": _straggler_source(work), "links": {},
+              "paper_runs": {}, "validation": _validation_summary(straggler_scale)}
+    if setup["peak_tflops"]:
+        setup["mfu"] = train_flops(cfg, B * S, B * T, S, T) * accum / (step_ms / 1e3) / (setup["peak_tflops"] * 1e12)
     grad_bytes = result["parameters"] * GRAD_BYTES
+    model = {"straggler_scale": straggler_scale, "last_bucket_at_least": embedding_bytes(cfg),
+             "gpus_per_node": gpus_per_node, "network_gbps": network_gbps if nodes > 1 else None}
+    counts = [n for n in range(1, gpus_per_node + 1)] + [k * gpus_per_node for k in range(2, nodes + 1)]
     for key, (link, hidden) in chosen["links"].items():
         result["links"][key] = {"name": link.name, "bus_gbps": link.bus_gbps, "latency_us": link.latency_us,
                                 "overlap": hidden, "rows": project(accum * step_ms / 1e3, grad_bytes, link, bucket_mb,
-                                                                   accum, work, hidden)}
+                                                                   accum, work, hidden, counts, **model)}
     for name, (paper_cfg, paper_steps) in PAPER_RUNS.items():
         result["paper_runs"][name] = _paper_run(paper_cfg, paper_steps, cfg, step_ms, (B, S, T), chosen, bucket_mb,
-                                                lengths)
+                                                lengths, devices, model)
     print(json.dumps(result) if as_json else format_report(result))
     return result
 
 
 def command(args) -> int:
-    """`python -m train scale`: the options checked, then the all-reduce alone or the whole projection."""
+    """`python -m train scale`: the options checked, then the all-reduce alone, the validation or the projection."""
     if args.allreduce_only:
         allreduce_only(args.backend, args.json)
+        return 0
+    straggler_scale = scale_validation.STRAGGLER_SCALE if args.straggler_scale is None else args.straggler_scale
+    if args.validate:
+        v = scale_validation.validate(straggler_scale)
+        print(json.dumps({"rows": v["rows"], "held_out_mae": v["held_out_mae"]}) if args.json
+              else "\n".join(scale_validation.format_validation(v)))
         return 0
     for link in args.link:
         if link not in LINKS and not _is_positive_number(link):
             raise InputError(f"--link must be one of {', '.join(LINKS)} or a bus bandwidth in GB/s, got {link!r}")
+    if args.network not in NETWORKS and not _is_positive_number(args.network):
+        raise InputError(f"--network must be one of {', '.join(NETWORKS)} or GB/s a node sends, got {args.network!r}")
     if args.accum < 1 or args.steps < 1 or args.bucket_mb < 0 or (args.step_ms is not None and args.step_ms <= 0):
         raise InputError("--accum and --steps must be at least 1, --bucket-mb 0 or more and --step-ms positive")
-    if not 0 <= args.overlap <= 1:
-        raise InputError(f"--overlap is a fraction of the all-reduce, between 0 and 1; got {args.overlap}")
+    if args.gpus_per_node < 1 or args.nodes < 1 or (args.tokens_per_gpu is not None and args.tokens_per_gpu < 1):
+        raise InputError("--gpus-per-node, --nodes and --tokens-per-gpu must be at least 1")
+    if (args.latency_us is not None and args.latency_us < 0) or straggler_scale < 0:
+        raise InputError("--latency-us and --straggler-scale must be 0 or more")
+    if args.batch is not None and args.tokens_per_gpu is not None:
+        raise InputError("--batch and --tokens-per-gpu both set the batch: give one")
+    overlap = _overlap(args.overlap)
     preset = args.preset or ("base" if args.backend in ("cuda", "cupy", "gpu") else "cpu")
+    network = NETWORKS.get(args.network) or float(args.network)
     run(preset, args.backend, args.step_ms, args.batch, args.link, args.bucket_mb, args.accum, args.steps, args.json,
-        overlap=args.overlap)
+        overlap=overlap, gpu=args.gpu, precision=args.precision, tokens_per_gpu=args.tokens_per_gpu,
+        gpus_per_node=args.gpus_per_node, nodes=args.nodes, network_gbps=network, latency_us=args.latency_us,
+        straggler_scale=straggler_scale)
     return 0
+
+
+def _validation_summary(straggler_scale: float) -> dict:
+    v = scale_validation.validate(straggler_scale)
+    held_out = [r for r in v["rows"] if r["role"] == "held-out" and r["covered"]]
+    return {"fit": v["fit"], "held_out_mae": v["held_out_mae"], "held_out_rows": len(held_out),
+            "held_out_max": 100 * max(abs(r["predicted"] - r["published"]) for r in held_out)}
+
+
+def _overlap(text: str) -> float:
+    """--overlap: on (every bucket but the last hidden behind backward), off, or a measured fraction."""
+    if text in ("on", "off"):
+        return 1.0 if text == "on" else 0.0
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1:
+        raise InputError(f"--overlap is on, off or the fraction of the all-reduce hidden, between 0 and 1; got {text}")
+    return value
 
 
 def _is_positive_number(text: str) -> bool:
@@ -186,68 +235,88 @@ def _straggler_source(work) -> str:
     return f"per-batch FLOPs of our batches of WMT news lengths (newstest2012-2017, {len(work)} batches)"
 
 
-def _paper_run(paper_cfg, paper_steps: int, cfg, step_ms: float, shape, chosen, bucket_mb: float, lengths) -> dict:
-    """The paper's run (§5.2) on 8 devices with its update (§5.1): 25,000 tokens, 3,125 on each device.
+def _paper_run(paper_cfg, paper_steps: int, cfg, step_ms: float, shape, chosen, bucket_mb: float, lengths,
+               devices: int, model: dict) -> dict:
+    """The paper's run (§5.2) on `devices` devices with its update (§5.1): 25,000 tokens, 3,125 each on 8.
 
-    The step of 3,125 tokens is the measured step scaled by FLOPs: a small batch uses a GPU less
+    The step of a device's share is the measured step scaled by FLOPs: a small batch uses a GPU less
     well than that, so this is a lower bound on the step, and the efficiency an upper bound.
     """
     B, S, T = shape
-    share = PAPER_TOKENS_PER_STEP / DEVICES                                    # target tokens per device
+    share = PAPER_TOKENS_PER_STEP / devices                                    # target tokens per device
     rows = share / T
     step_s = step_ms / 1e3 * train_flops(paper_cfg, rows * S, rows * T, S, T) / train_flops(cfg, B * S, B * T, S, T)
     work = _work(paper_cfg, int(share), lengths)
-    out = {"steps": paper_steps, "parameters": parameter_count(paper_cfg), "tokens_per_device": share,
-           "step_1_device_ms": step_s * 1e3, "hours_8_devices": {}, "efficiency_8_devices": {}}
+    out = {"steps": paper_steps, "parameters": parameter_count(paper_cfg), "devices": devices, "tokens_per_device": share,
+           "step_1_device_ms": step_s * 1e3, "hours": {}, "efficiency": {}}
     for key, (link, hidden) in chosen["links"].items():
         row = project(step_s, parameter_count(paper_cfg) * GRAD_BYTES, link, bucket_mb, 1, work, hidden,
-                      devices=[DEVICES])[0]
-        out["hours_8_devices"][key] = paper_steps * row["step_ms"] / 3.6e6
-        out["efficiency_8_devices"][key] = row["efficiency"]
+                      devices=[devices], **{**model, "last_bucket_at_least": embedding_bytes(paper_cfg)})[0]
+        out["hours"][key] = paper_steps * row["step_ms"] / 3.6e6
+        out["efficiency"][key] = row["efficiency"]
     return out
 
 
-def _links(keys: list[str], on_gpu: bool, overlap: float) -> dict:
-    """{"links": {key: (Link, overlap)}, "notes": [...]}: the measured link (with its measured overlap), then the rest."""
+def _links(keys: list[str], on_gpu: bool, overlap: float, gpu: str | None = None,
+           latency_us: float | None = None) -> dict:
+    """{"links": {key: (Link, overlap)}, "notes": [...]}: the measured link (with its measured overlap), then the
+    rest: the --link ones, else the --gpu's NVLink, else every preset."""
     chosen, notes = {}, []
-    if not keys:
+    if not keys and gpu is None:
         measured, hidden, note = host_link(on_gpu)
         notes.append(note)
         if measured is not None:
             chosen["measured"] = (measured, hidden)
         keys = list(LINKS)
+    if gpu is not None and not keys:
+        link = node_link(gpu)
+        chosen[gpu] = (Link(link.name, link.bus_gbps, latency_us if latency_us is not None else link.latency_us),
+                       overlap)
     for key in keys:
-        chosen[key] = (LINKS[key] if key in LINKS else Link("given with --link", float(key), 25.0), overlap)
+        link = LINKS[key] if key in LINKS else Link("given with --link", float(key), 25.0)
+        if latency_us is not None:
+            link = Link(link.name, link.bus_gbps, latency_us, link.at_ranks)
+        chosen[key] = (link, overlap)
     return {"links": chosen, "notes": notes}
 
 
 def format_report(r: dict) -> str:
     B, S, T = r["batch"]
+    setup, v = r["setup"], r["validation"]
     lines = [f"single-device step: {r['step_ms']:.1f} ms, {r['step_source']}; preset {r['preset']}, B×S×T = "
              f"{B}×{S}×{T} ({r['tgt_tokens_per_device']:,} target tokens per device and micro-batch), "
              f"{r['parameters']:,} parameters = {r['parameters'] * GRAD_BYTES / 1e6:.1f} MB of fp32 gradients"]
+    if setup.get("mfu") is not None:
+        lines.append(f"{setup['gpu']}: {setup['peak_tflops']:g} TFLOP/s peak {setup['precision']} (datasheet): the step "
+                     f"uses {100 * setup['mfu']:.0f}% of it")
+    nodes = (f"{setup['nodes']} nodes of {setup['gpus_per_node']}, {setup['network_gbps']:g} GB/s network a node"
+             if setup["nodes"] > 1 else f"one node of {setup['gpus_per_node']}")
+    lines.append(f"setup: {nodes}; model: straggler × λ = {setup['straggler_scale']:.2f} (fitted on {v['fit']}); "
+                 f"held-out error ±{v['held_out_mae']:.1f} points on {v['held_out_rows']} published rows "
+                 f"(`scale --validate`)")
     lines += [f"link: {note}" for note in r["link_notes"]]
     lines.append(f"straggler: {r['straggler_source']}")
     lines.append(f"projected data-parallel update ({r['bucket_mb']:g} MB buckets, {r['accum']} micro-batch(es) per "
                  f"device; tokens per device fixed; a projection, not a measurement):")
     for link in r["links"].values():
         lines.append(f"  {link['name']}: {link['bus_gbps']:.3g} GB/s bus bandwidth, {link['latency_us']:.0f} µs a call, "
-                     f"{100 * link['overlap']:.0f}% of the all-reduce hidden (measured; 0 where not)")
+                     f"{100 * link['overlap']:.0f}% of the all-reduce hidden behind backward (measured or --overlap; the last "
+                     f"bucket never)")
         lines.append(f"    {'n':>2} {'straggler':>9} {'all-reduce':>11} {'step':>10} {'efficiency':>10}   "
                      f"{'no overlap':>10}")
         for row in link["rows"]:
             lines.append(f"    {row['devices']:>2} {100 * (row['straggler'] - 1):>+8.1f}% {row['allreduce_ms']:>8.2f} ms "
                          f"{row['step_ms']:>7.1f} ms {100 * row['efficiency']:>9.1f}%   "
                          f"{100 * row['efficiency_no_overlap']:>9.1f}%")
-    lines += scale_validation.format_validation(r["validation"])
-    lines.append(f"the paper's runs on {DEVICES} devices with the paper's update (§5.1: {PAPER_TOKENS_PER_STEP:,} tokens, "
-                 f"{PAPER_TOKENS_PER_STEP // DEVICES:,} per device; the step scaled by FLOPs from the one above, so "
+    devices = next(iter(r["paper_runs"].values()))["devices"]
+    lines.append(f"the paper's runs on {devices} devices with the paper's update (§5.1: {PAPER_TOKENS_PER_STEP:,} tokens, "
+                 f"{PAPER_TOKENS_PER_STEP // devices:,} per device; the step scaled by FLOPs from the one above, so "
                  f"a lower bound; paper: base 12 h, big 3.5 days on 8 P100, §5.2):")
     for name, run_ in r["paper_runs"].items():
         lines.append(f"  {name:4s} {run_['steps']:>7,} steps, {run_['parameters'] / 1e6:.0f}M parameters, "
                      f"{run_['step_1_device_ms']:.1f} ms/step on one device:")
-        for key, hours in run_["hours_8_devices"].items():
+        for key, hours in run_["hours"].items():
             lines.append(f"       {r['links'][key]['name']}: {hours:,.1f} h "
-                         f"({100 * run_['efficiency_8_devices'][key]:.0f}% efficiency)")
+                         f"({100 * run_['efficiency'][key]:.0f}% efficiency)")
     return "\n".join(lines)
 

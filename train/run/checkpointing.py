@@ -38,7 +38,8 @@ import numpy as np
 
 from train.data.tokenizer import Tokenizer
 from train.errors import InputError
-from train.run.manifest import MANIFEST_FILE, Manifest, run_containing
+from train.run.manifest import MANIFEST_FILE, Manifest
+from train.run.run_names import output_in_run
 from transformer.checkpoint import (OPTIMIZER_PREFIX, CheckpointError, average_checkpoints, checkpoint_path,
                                    is_weight, load_checkpoint, load_model, load_weights, newest_valid,
                                    restore_optimizer, save_checkpoint, save_model)
@@ -309,13 +310,8 @@ def average_last(run_dir: Path, last: int | None = None, out: Path | None = None
         raise InputError(f"{out}: --out must be a .safetensors file (averaged weights)")
     if any(out.resolve() == p.resolve() for p in paths):
         raise InputError(f"{out}: one of the run's checkpoints; choose another --out (an average never replaces one)")
-    run = run_containing(out)  # in a run directory (this one or another, at any depth): a file of that run's
+    run = output_in_run(out, "average")  # in a run directory (this one or another, at any depth): a file of that run's
     if run is not None:
-        from train.run.run_dir import fit_writes  # (run_dir imports this module)
-
-        if fit_writes(run[1]):  # best.safetensors, an optimizer file, a new ckpt_* name: the run's, --force or not
-            raise InputError(f"{out}: a file `fit` writes in its run directory; an average never takes its place: "
-                             f"choose another --out")
         run[0].refuse_if_foreign(run[1])
     if out.exists() and not force:
         raise InputError(f"{out}: exists; pass --force to overwrite or choose another --out")

@@ -19,11 +19,11 @@ again continues exactly as if the run had never stopped. Nothing in a run direct
 overwritten or deleted unless the manifest lists it (`force=True` starts the run over,
 deleting those files only), and one process at a time trains in it (train/run/run_dir.py).
 
-Many devices (README, "Many GPUs"): `fit(..., comm=)` trains data-parallel over the ranks
+Many devices (docs/many_gpus.md): `fit(..., comm=)` trains data-parallel over the ranks
 of a train/distributed/communicators.py communicator; every rank takes its share of each update
 (batching.shard, train/run/ranks.py), rank 0 alone writes, logs and validates.
 
-Faults (tests/test_reliability.py): SIGINT/SIGTERM finish the current update,
+Faults (tests/train/test_reliability.py): SIGINT/SIGTERM finish the current update,
 write a checkpoint and return (FitResult.stopped says why); a non-finite loss
 or gradient in fp32 raises DivergedError before the optimizer step, so the
 newest checkpoint stays the last good one; an unwritable run directory is an
@@ -58,7 +58,7 @@ from train.run.layer_norms import layer_norms
 from train.run.loss_scaler import DynamicLossScaler
 from train.run.manifest import Manifest
 from train.run.metrics import METRICS_FILE, MetricsWriter, mfu, peak_tflops, train_flops
-from train.run.run_dir import RunLock, check_run_dir, open_run, start_run
+from train.run.run_dir import RunLock, check_run_dir, commit_start, identity_of, open_run, plan_start, start_of
 from train.run.step import StepStats, train_step
 from train.run.tensorboard import LIVE_DIR, TensorBoardLog, summary_writer_class
 from train.run.validation import check_best_metric, run_validation
@@ -127,7 +127,7 @@ def fit(run_config: RunConfig, run_dir: str | Path, force: bool = False, reset_o
     (checked before anything is written), CheckpointError for an unusable checkpoint.
     `comm` (train/distributed/communicators.py; default one process): data-parallel training over its ranks.
     Rank 0 alone writes the run directory, logs, validates and checkpoints; the others read
-    what it prepared and train their share of every update (README, "Many GPUs").
+    what it prepared and train their share of every update (docs/many_gpus.md).
     `tensorboard`: also write every metric live to run_dir/tensorboard (train/run/tensorboard.py).
     `init_from`: a new run starts from this model file's weights and tokenizer (fine-tuning); a run
     that has a checkpoint resumes from it instead.
@@ -142,27 +142,28 @@ def fit(run_config: RunConfig, run_dir: str | Path, force: bool = False, reset_o
         checkpointing.check_init_from(init_from, run_config.model)
     adopt = check_run_dir(run_dir) if main else None
     with RunLock(run_dir) if main else contextlib.nullcontext() as lock:
-        opened = start_run(run_config, open_run(run_dir, adopt), force) if main else None
-        if main:
-            lock.announce(opened[0])
+        plan = plan_start(run_config, open_run(run_dir, adopt), force, init_from) if main else None
         with cpu_threads(run_config.train.threads) as threads:
             if threads and main:
                 print(f"CPU threads: {', '.join(threads)}", flush=True)
-            return _train(run_config, run_dir, backend, opened, reset_optimizer, progress, data_dir, comm,
-                          tensorboard, init_from)
+            return _train(run_config, run_dir, backend, plan, reset_optimizer, progress, data_dir, comm,
+                          tensorboard, init_from, lock)
 
 
 def _start(run_config: RunConfig, run_dir: Path, backend: str, reset_optimizer: bool, say, progress: bool,
-           data_dir, comm, init_from=None) -> tuple[TrainState, Prepared, Path | None, str]:
+           data_dir, comm, init_from=None, start=None, lock=None) -> tuple[TrainState, Prepared, Path | None, str]:
     """The model, optimizer (§5.3), schedule (Eq. (3)), update plan and data state, fresh or restored.
 
-    Ranks other than 0 only check the run's record of its prepared data (they read, never write).
+    Rank 0 checks everything (data, tokenizer, shapes) before the run directory changes: then it carries
+    out `start` (run_dir.StartPlan) and records the data. Ranks other than 0 only check the run's record
+    of its prepared data (they read, never write).
     """
     train = run_config.train
-    resumed = checkpointing.resume_point(run_dir, reset_optimizer, say)
-    plan, how = ranks.update_plan(train, comm.world_size, resumed)      # §5.1: the update over every rank
-    started = bool(run_checkpoints(run_dir))   # its data is the run's from the first checkpoint on
     verify_data = comm.rank != 0
+    fresh = not verify_data and start.start_over   # the run's files are deleted once the checks pass
+    resumed = None if fresh else checkpointing.resume_point(run_dir, reset_optimizer, say)
+    plan, how = ranks.update_plan(train, comm.world_size, resumed)      # §5.1: the update over every rank
+    started = not fresh and bool(run_checkpoints(run_dir))   # its data is the run's from the first checkpoint on
     record = run_data.recorded(run_dir) if started or verify_data else None
     init_from = None if started else init_from
     given = checkpointing.init_tokenizer(init_from) if init_from else run_data.given_tokenizer(run_dir, record)
@@ -170,7 +171,7 @@ def _start(run_config: RunConfig, run_dir: Path, backend: str, reset_optimizer: 
                        check_files=run_data.check_same_data(run_dir, record), log=say, progress=progress,
                        tokenizer=given)
     if not verify_data:
-        run_data.record_data(Manifest.load(run_dir), prepared.data, resuming=started)
+        run_data.check_recorded_data(run_dir, prepared.data, started, start.manifest.identity)
     check_best_metric(run_config, prepared)
     model_config = run_config.model.replace(vocab_size=prepared.tokenizer.vocab_size)
     rng = np.random.default_rng(train.seed)  # model init and every dropout mask (§5.4)
@@ -189,6 +190,12 @@ def _start(run_config: RunConfig, run_dir: Path, backend: str, reset_optimizer: 
         checkpointing.init_weights(init_from, state)
         say(f"initialised from {init_from}: its weights and tokenizer (Adam, the schedule and the data order "
             f"start afresh)")
+    if not verify_data:   # every check has passed: now the run directory changes
+        identity = identity_of(run_config, prepared.data.key, prepared.tokenizer.model_hash,
+                               start_of(start.manifest, started, init_from))
+        manifest = commit_start(start, run_config, identity, say)
+        run_data.record_data(manifest, prepared.data)
+        lock.announce(manifest)
     say(f"model: {model.num_parameters():,} parameters, vocab {model_config.vocab_size}, backend {backend}, "
         f"{model_config.impl} ops; {len(prepared.batches)} batches per epoch")
     return state, prepared, resumed, how
@@ -199,19 +206,19 @@ def logged_step(step: int, log_every: int) -> bool:
     return step % log_every == 0 or (step < log_every and step & (step - 1) == 0)
 
 
-def _train(run_config: RunConfig, run_dir: Path, backend: str, opened, reset_optimizer: bool,
-           progress: bool, data_dir, comm, tensorboard: bool, init_from) -> FitResult:
+def _train(run_config: RunConfig, run_dir: Path, backend: str, start, reset_optimizer: bool,
+           progress: bool, data_dir, comm, tensorboard: bool, init_from, lock) -> FitResult:
     train = run_config.train
     main = comm.rank == 0                      # rank 0 alone logs, validates and writes
     say = Logger(None) if main else Silent()
-    _, resuming, changes = opened if main else (None, None, {})
+    resuming, changes = (start.resuming, start.changes) if main else (None, {})
     say(f"{'resuming' if resuming else 'starting'} run {run_config.name!r} in {run_dir}")
     if changes:
         say("settings changed on resume, applied from the resumed step on: "
             + ", ".join(f"{key} {old!r} -> {new!r}" for key, (old, new) in changes.items()))
     with rank_zero_first(comm):                # rank 0 prepares the data; the other ranks then read it
         state, prepared, resumed, how = _start(run_config, run_dir, backend, reset_optimizer, say, progress and main,
-                                               data_dir, comm, init_from)
+                                               data_dir, comm, init_from, start, lock)
     sync = GradSync(state.optimizer, comm, train.bucket_mb)
     ranks.join(comm, state, resumed, sync, say, how)   # every rank agrees, then starts from rank 0's weights
     model, at = state.model, state.progress

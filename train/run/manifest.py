@@ -12,12 +12,16 @@ name (a safety copy `ckpt_30.safetensors`, a `notes.txt`, a `config.json` of the
     {"file": "metrics.jsonl", "sha256": "...", "size": 4567, "append": true}
         a log we append to: its first `size` bytes hash to `sha256`, and what follows is ours too
     {"file": "ckpt_00000015.safetensors", "removed": true}
+    {"identity": {"config": {...}, "config_sha256": "...", "data_key": "...", "tokenizer_sha256": "...",
+                  "init_from": {"path": "...", "sha256": "..."} or null}}
 
-The last line about a file says what it is. Lines are only appended, one write each, so
-`plot` may record its figures while `fit` trains. A file whose writer was killed between its
-"writing" line and its hash is settled by the next run (`settle`): the path was free (or ours)
-when the line was written and every write here is atomic (temporary file, then rename), so
-whatever is there now is ours and complete.
+The last line about a file says what it is. The last identity line says what the run is (`fit` writes it
+once every check of a start has passed, and again when a setting changes on resume): deleting or moving
+files out of the folder never makes the run another one (train/run/run_dir.py).
+Lines are only appended, one write each, so `plot` may record its figures while `fit` trains.
+A file whose writer was killed between its "writing" line and its hash is settled by the next
+run (`settle`): the path was free (or ours) when the line was written and every write here is
+atomic (temporary file, then rename), so whatever is there now is ours and complete.
 """
 
 import contextlib
@@ -57,8 +61,8 @@ def _line(entry: dict) -> bytes:
 class Manifest:
     """A run directory's manifest, read from manifest.jsonl; every change is appended to the file at once."""
 
-    def __init__(self, run_dir: Path, header: dict, entries: dict[str, dict]):
-        self.run_dir, self.header, self.entries = Path(run_dir), header, entries
+    def __init__(self, run_dir: Path, header: dict, entries: dict[str, dict], identity: dict | None = None):
+        self.run_dir, self.header, self.entries, self.identity = Path(run_dir), header, entries, identity
 
     @property
     def path(self) -> Path:
@@ -86,10 +90,13 @@ class Manifest:
         if not lines or not isinstance(lines[0], dict) or "run_id" not in lines[0]:
             raise InputError(f"{path}: not a run manifest this tool wrote (no run id on its first line)")
         entries: dict[str, dict] = {}
+        identity = None
         for entry in lines[1:]:
             if isinstance(entry, dict) and isinstance(entry.get("file"), str):
                 entries[entry["file"]] = entry
-        return cls(Path(run_dir), lines[0], entries)
+            elif isinstance(entry, dict) and isinstance(entry.get("identity"), dict):
+                identity = entry["identity"]
+        return cls(Path(run_dir), lines[0], entries, identity)
 
     @classmethod
     def load(cls, run_dir: str | Path) -> "Manifest":
@@ -142,6 +149,12 @@ class Manifest:
         with open(self.path, "ab") as f:
             f.write(_line(entry))  # one write: appends of other processes do not interleave with it
         self.entries[entry["file"]] = entry
+
+    def set_identity(self, identity: dict) -> None:
+        """Record what the run is (see the module docstring); the last such line stands."""
+        with open(self.path, "ab") as f:
+            f.write(_line({"identity": identity}))
+        self.identity = identity
 
     def claim(self, name: str, append: bool = False) -> Path:
         """Before writing `name`: refuse a file of the user's there, else note that we are writing it (so a

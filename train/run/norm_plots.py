@@ -24,6 +24,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
 
+from train.run.figures import save_figure  # noqa: E402
+
 
 def series(records: list[dict], key: str, kind: str = "norms") -> tuple[list[int], list[float]]:
     """(steps, values) of `key` in the records of `kind` that have it."""
@@ -39,12 +41,12 @@ def layers(records: list[dict], stack: str) -> int:
 
 def plot_norms(records: list[dict], path: str | Path, title: str = "") -> Path:
     """The four panels of one run's norms records as a PNG."""
-    return _save(norms_figure(records, title), path)
+    return save_figure(norms_figure(records, title), path)
 
 
 def compare_runs(runs: dict[str, list[dict]], path: str | Path, title: str = "") -> Path:
     """Several runs side by side as a PNG (runs_figure)."""
-    return _save(runs_figure(runs, title), path)
+    return save_figure(runs_figure(runs, title), path)
 
 
 def norms_figure(records: list[dict], title: str = ""):
@@ -118,9 +120,3 @@ def runs_table(records: list[dict]) -> list[dict]:
     return [{"kind": r["kind"], "step": r["step"], **{k: r[k] for k in wanted[r["kind"]] if k in r}}
             for r in records if r.get("kind") in wanted]
 
-
-def _save(fig, path: str | Path) -> Path:
-    """plots.save_figure (atomic; listed in the manifest inside a run's plots/); imported here, as plots imports this module."""
-    from train.run.plots import save_figure
-
-    return save_figure(fig, path)

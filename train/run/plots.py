@@ -11,8 +11,6 @@ matplotlib runs with the Agg backend (files only, no display needed).
 Shapes: H heads, T target length, S source length.
 """
 
-import contextlib
-import os
 from pathlib import Path
 
 import matplotlib
@@ -21,7 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
 import numpy as np  # noqa: E402
 
-from train.run.manifest import run_containing  # noqa: E402
+from train.run.figures import save_figure  # noqa: E402
 from train.run.metrics import read_metrics  # noqa: E402
 from train.run.norm_plots import norms_figure  # noqa: E402
 
@@ -33,20 +31,6 @@ CURVES = (
     ("bleu", "BLEU (sacreBLEU)", [("valid", "bleu", "valid sample")], False),
     ("tokens_per_s", "target tokens / s", [("train", "tgt_tokens_per_s", "train")], False),
 )
-
-
-def save_figure(fig, path: str | Path) -> Path:
-    """Write a figure atomically (temporary file, then rename) and close it; in a run directory, as one
-    of the run's files (listed in its manifest; a file of the user's is never replaced)."""
-    path = Path(path)
-    run = run_containing(path)
-    with run[0].writing(run[1]) if run is not None else contextlib.nullcontext(path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-        fig.savefig(tmp, dpi=100, format="png")
-        os.replace(tmp, path)
-    plt.close(fig)
-    return path
 
 
 def plot_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Path]:

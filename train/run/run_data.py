@@ -41,7 +41,7 @@ def recorded_file(run_dir: Path, name: str) -> Path | None:
 
 def resumed_run(run_dir: Path, overrides: list[str], data_dir: Path | None) -> tuple[RunConfig, Path, Path | None]:
     """(config, run dir, data dir) of `fit --resume RUN_DIR`: the run's own config.json with `overrides` (the
-    settings that may change are checked by run_dir.start_run) and, unless `data_dir` is given, the prepared
+    settings that may change are checked by run_dir.plan_start) and, unless `data_dir` is given, the prepared
     data it recorded."""
     if not (run_dir / MANIFEST_FILE).is_file() and not (run_dir / "config.json").is_file():
         raise InputError(f"{run_dir}: not a run directory (no {MANIFEST_FILE}, no config.json) to resume")
@@ -49,14 +49,20 @@ def resumed_run(run_dir: Path, overrides: list[str], data_dir: Path | None) -> t
         saved = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):  # missing or not JSON: config_lib.load below names it in one line
         saved = None
-    refuse_a_run_from_before_tokens_per_update(saved, run_dir)
+    refuse_a_config_with_train_accum(saved, run_dir)
     record = recorded(run_dir)
     data_dir = data_dir or (Path(record["data"]).parent if record else None)
+    manifest = Manifest.find(run_dir)
+    if not (run_dir / "config.json").exists() and manifest is not None and manifest.identity is not None:  # moved out
+        where = f"{run_dir / MANIFEST_FILE} (the run's record; config.json is missing)"
+        return config_lib.apply_overrides(config_lib.from_dict(manifest.identity["config"], where), overrides), \
+            run_dir, data_dir
     return config_lib.load(run_dir / "config.json", overrides), run_dir, data_dir
 
 
-def refuse_a_run_from_before_tokens_per_update(saved: dict, run_dir: Path) -> None:
-    """A run's config.json from before issue #28 says train.accum; its update cannot be kept exactly on resume."""
+def refuse_a_config_with_train_accum(saved: dict, run_dir: Path) -> None:
+    """An InputError for a run config that sets train.accum (micro-batches, not tokens, per update): its update
+    cannot be kept exactly on resume, nor on another world size."""
     train = saved.get("train") if isinstance(saved, dict) else None
     if isinstance(train, dict) and "accum" in train:
         raise InputError(f"{run_dir / 'config.json'}: this run was started before train.tokens_per_update replaced "
@@ -90,15 +96,25 @@ def given_tokenizer(run_dir: Path, record: dict | None) -> Tokenizer | None:
     return Tokenizer(own) if "given" in made.get("tokenizer", {}) and own.is_file() else None
 
 
-def record_data(manifest: Manifest, data: PreparedData, resuming: bool) -> None:
-    """Write prepared.json and the run's tokenizer copy (a resumed run's vocabulary is never replaced)."""
+def check_recorded_data(run_dir: Path, data: PreparedData, resuming: bool, identity: dict | None) -> None:
+    """A resumed run's vocabulary is never replaced: its tokenizer (prepared.json's, else the run's identity
+    record's) must be the prepared data's; without prepared.json, the identity's data key decides too."""
+    old = recorded(run_dir) or {}
+    was = old.get("tokenizer_sha256") or (identity or {}).get("tokenizer_sha256")
+    changed = None
+    if was is not None and was != data.tokenizer.model_hash:
+        changed = f"the tokenizer ({was[:12]} -> {data.tokenizer.model_hash[:12]})"
+    elif not old and identity and identity.get("data_key") not in (None, data.key):
+        changed = f"the prepared data ({identity['data_key'][:12]} -> {data.key[:12]})"
+    if resuming and changed:
+        raise InputError(f"{run_dir}: the data changed since this run started: {changed}; resume on the same "
+                         f"data, use another --run-dir, or --force to start over")
+
+
+def record_data(manifest: Manifest, data: PreparedData) -> None:
+    """Write prepared.json and the run's tokenizer copy (after `check_recorded_data`)."""
     record = {"data": str(data.folder), "key": data.key, "tokenizer_sha256": data.tokenizer.model_hash,
               "files": {name: {k: v[k] for k in ("path", "size", "sha256")} for name, v in data.files.items()}}
-    old = recorded(manifest.run_dir)
-    if resuming and old is not None and old["tokenizer_sha256"] != record["tokenizer_sha256"]:
-        raise InputError(f"{manifest.run_dir}: the data changed since this run started: the tokenizer "
-                         f"({old['tokenizer_sha256'][:12]} -> {record['tokenizer_sha256'][:12]}); resume on the same "
-                         f"data, use another --run-dir, or --force to start over")
     for name in (TOKENIZER_FILE, "tokenizer.vocab"):
         source, target = data.folder / name, manifest.run_dir / name
         if not (target.is_file() and target.read_bytes() == source.read_bytes()):

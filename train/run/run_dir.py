@@ -6,7 +6,15 @@ averaged, pruned, overwritten or deleted. `fit` accepts a folder that does not e
 or holds a manifest. A folder with files but no manifest is not a run, whatever the files are
 called (`config.json`, `tokenizer.model`, ...): it is refused, with or without `--force`, its
 files named, nothing in it touched. `--force` starts a run over by deleting the files the
-manifest lists whose bytes are still the ones recorded, then writes a new manifest.
+manifest lists under this tool's own names (train/run/run_names.py) whose bytes are still the
+ones recorded, saying which, then writes a new manifest; a user's outputs stay.
+
+A run is its record, not its files: the manifest's identity line holds its config, data key,
+tokenizer hash and `--init-from` file (path and sha256). Deleting its checkpoints or moving its
+config.json out never makes it a new run: another config, model size or start is refused, naming
+both, and config.json is written again from the record. A start is checked whole first
+(`plan_start`, then the data, the tokenizer and the shapes in train/run/loop.py): only then does
+the run directory change (`commit_start`), so a failed start writes nothing.
 
 Runs made before manifests existed are adopted once, by the first `fit` that opens them,
 when the proof is there: config.json is a run config of this tool, the folder holds at least
@@ -25,39 +33,32 @@ admits nobody. run.lock only tells the refused process who holds the lock (pid, 
 import datetime
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import re
 import socket
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from train import config as config_lib
 from train.config import RunConfig
 from train.errors import InputError
-from train.run.checkpointing import run_checkpoints
+from train.run.checkpointing import WEIGHTS, run_checkpoints
 from train.run.manifest import MANIFEST_FILE, Manifest, sha256_of
-from train.run.run_data import refuse_a_run_from_before_tokens_per_update
+from train.run.run_data import refuse_a_config_with_train_accum
+from train.run.run_names import FIT_NAMES, fit_writes, owner_of
 from transformer.checkpoint import CheckpointError, load_checkpoint
 
 LOCK_FILE = "run.lock"
 CONFIG_FILE = "config.json"
 CHECKPOINT = re.compile(r"ckpt_(\d{8})(\.optimizer)?\.safetensors")
-# The files `fit` writes: an unlisted file of one of these names in a run stops `fit` before it starts.
-_FIT_NAMES = (r"config\.json|prepared\.json|metrics\.jsonl|tokenizer\.(model|vocab)|run\.lock|best\.safetensors"
-              r"|ckpt_\d{8}(\.optimizer)?\.safetensors")
-_FIT_WRITES = re.compile(_FIT_NAMES)
 # Every name this tool writes in a run directory (what a run made before manifests may hold).
-_OURS = re.compile(_FIT_NAMES + r"|test\.hyp|averaged_last\d+\.safetensors"
+_OURS = re.compile(FIT_NAMES + r"|test\.hyp|averaged_last\d+\.safetensors"
                    r"|plots/(loss|perplexity|lr|bleu|tokens_per_s|attention|norms)\.png"
                    r"|(tensorboard|tensorboard-export)/events\.out\.tfevents\.\d+\.[^/]+")
 _OUR_FOLDERS = ("plots", "tensorboard", "tensorboard-export")
-
-
-def fit_writes(name: str) -> bool:
-    """True for a name (relative to a run directory, '/'-separated) that `fit` writes there: config.json,
-    metrics.jsonl, the checkpoints and their optimizer files, best.safetensors, ..."""
-    return bool(_FIT_WRITES.fullmatch(name))
 
 
 def _entries(run_dir: Path):
@@ -139,7 +140,7 @@ def open_run(run_dir: Path, adopt: list[str] | None) -> Manifest:
     else:
         manifest = Manifest.create(run_dir)
     listed = set(manifest.listed())
-    blocking = [n for n in _entries(run_dir) if _FIT_WRITES.fullmatch(n) and n not in listed]
+    blocking = [n for n in _entries(run_dir) if fit_writes(n) and n not in listed]
     if blocking:
         raise InputError(f"{run_dir}: holds {_named(blocking)}, which this tool did not write (not in "
                          f"{MANIFEST_FILE}) and would overwrite; nothing was changed; move them out of the run "
@@ -147,62 +148,160 @@ def open_run(run_dir: Path, adopt: list[str] | None) -> Manifest:
     return manifest
 
 
-def remove_run_files(manifest: Manifest) -> list[str]:
-    """Delete the files of ours the manifest lists; returns the listed ones left alone because their
-    bytes changed (a user's now). The lock is on the folder, not on run.lock, so that goes too."""
-    kept = []
+def remove_run_files(manifest: Manifest) -> tuple[list[str], list[str]]:
+    """Delete the files this tool's commands wrote under their own names (listed, bytes unchanged); returns
+    (deleted, kept because their bytes changed). A listed output at a name the user chose (translate
+    --output RUN/outputs/x) is the user's and stays. The lock is on the folder, not on run.lock, so that goes too."""
+    deleted, kept = [], []
     for name in manifest.listed():
-        if not manifest.remove(name):
-            kept.append(name)
+        if owner_of(name) is not None:
+            (deleted if manifest.remove(name) else kept).append(name)
     for folder in _OUR_FOLDERS:
         path = manifest.run_dir / folder
         if path.is_dir() and not any(path.iterdir()):
             path.rmdir()
-    return kept
+    return deleted, kept
 
 
 def start_over(manifest: Manifest, say=print) -> Manifest:
-    """Delete the run's files and begin a new manifest (a new run id); a changed file of ours is kept and named."""
-    kept = remove_run_files(manifest)
+    """Delete the run's files, saying which, and begin a new manifest (a new run id); a changed file of ours is
+    kept and named; the user's outputs listed in the old manifest stay, listed in the new one."""
+    deleted, kept = remove_run_files(manifest)
+    if deleted:
+        say(f"starting over: deleted {len(deleted)} files of the earlier run: {', '.join(deleted)}")
     if kept:
         say(f"kept {_named(kept)}: changed since this tool wrote it, so it is yours now")
-    return Manifest.create(manifest.run_dir)
+    outputs = [name for name in manifest.listed() if owner_of(name) is None and manifest.owns(name)]
+    fresh = Manifest.create(manifest.run_dir)
+    for name in outputs:
+        fresh.record(name)
+    return fresh
 
 
-def start_run(run_config: RunConfig, manifest: Manifest, force: bool, say=print) -> tuple[Manifest, bool, dict]:
-    """Check the config against the run's and write it; returns (manifest, resuming, {changed key: (old, new)}).
+# ------------------------------------------------------------------ a start: checked, then written
+@dataclass
+class StartPlan:
+    """What `fit` does to the run directory once every check of its start has passed (`commit_start`)."""
 
-    An existing run must have the same config, except the keys in config.RESUMABLE_KEYS, whose
-    changes are returned (the caller logs them); anything else is an InputError unless `force`,
-    which starts over. A run that never reached its first checkpoint holds nothing worth keeping,
-    so a new config simply starts it over. Call with the RunLock held.
+    manifest: Manifest
+    resuming: bool  # the run goes on (from its newest checkpoint, when it has reached one)
+    changes: dict = field(default_factory=dict)  # {setting: (old, new)}, logged once in metrics.jsonl
+    start_over: bool = False  # delete the run's files first: --force, or a run that never reached a checkpoint
+    write_config: bool = True  # a new run, changed settings, or config.json written again from the record
+
+
+def run_config_of(manifest: Manifest) -> dict | None:
+    """The run's config: its identity record, else its own config.json, else its newest checkpoint's."""
+    if manifest.identity is not None:
+        return manifest.identity["config"]
+    if manifest.owns(CONFIG_FILE):
+        return json.loads((manifest.run_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+    checkpoints = run_checkpoints(manifest.run_dir)
+    if checkpoints:
+        return load_checkpoint(checkpoints[-1], select=lambda name: False)[1].get("run_config")
+    return None
+
+
+def _ever_checkpointed(manifest: Manifest) -> bool:
+    """The run completed a checkpoint once: its manifest recorded one whole (a user's `rm` leaves the record; a
+    pruned one had a newer one beside it; a write a kill stopped before its hash is no checkpoint)."""
+    return any(WEIGHTS.fullmatch(name) and "sha256" in entry for name, entry in manifest.entries.items())
+
+
+def _other_start(manifest: Manifest, init_from) -> str | None:
+    """Why `--init-from` does not match where the run started (None when it does, or is not given)."""
+    if init_from is None:
+        return None
+    identity = manifest.identity or {}
+    if "init_from" not in identity:
+        return (f"where this run started is not recorded, so --init-from {init_from} cannot be checked against it "
+                f"(it resumes from its own checkpoints)")
+    if not Path(init_from).is_file():
+        raise InputError(f"{init_from}: checkpoint not found (--init-from)")
+    started, given = identity["init_from"], sha256_of(init_from)
+    if started is None:
+        return f"this run started from scratch, not from --init-from {init_from}"
+    if started["sha256"] != given:
+        return (f"this run started from {started['path']} (sha256 {started['sha256'][:12]}), not from "
+                f"--init-from {init_from} (sha256 {given[:12]})")
+    return None
+
+
+def plan_start(run_config: RunConfig, manifest: Manifest, force: bool, init_from=None) -> StartPlan:
+    """Check the config and the start against the run's record; writes nothing (see `commit_start`).
+
+    A run is what its manifest records (its identity), whatever files are left: an existing run must have
+    the same config, except the keys in config.RESUMABLE_KEYS (returned as changes), and the same
+    `--init-from`; anything else is an InputError unless `force`, which starts over. A run that never
+    reached its first checkpoint holds nothing worth keeping, so a new config simply starts it over; one
+    whose checkpoints are all gone cannot resume, and its final models (best, averaged) stay.
     """
-    saved = manifest.run_dir / CONFIG_FILE
     if force:
-        manifest = start_over(manifest, say)
-    resuming, changes = manifest.owns(CONFIG_FILE), {}
+        return StartPlan(manifest, resuming=False, start_over=True)
+    run_dir, old = manifest.run_dir, run_config_of(manifest)
+    trained = _ever_checkpointed(manifest)
+    if old is None and trained:
+        raise InputError(f"{run_dir}: its config.json is gone and nothing records it (a run from before run "
+                         f"records); put config.json back, or --force to start over")
+    if old is None:
+        return StartPlan(manifest, resuming=False, start_over=bool(manifest.listed()))
     new = run_config.to_dict()
-    if resuming:
-        old = json.loads(saved.read_text(encoding="utf-8"))
-        changed = [k for k in config_lib.diff(old, new) if k not in config_lib.RESUMABLE_KEYS]
-        if run_checkpoints(manifest.run_dir):
-            refuse_a_run_from_before_tokens_per_update(old, manifest.run_dir)
-        if changed and not run_checkpoints(manifest.run_dir):
-            manifest = start_over(manifest, say)
-            resuming = False
-        elif changed:
-            shown = ", ".join(f"{k} ({_lookup(old, k)!r} -> {_lookup(new, k)!r})" for k in changed[:3])
-            raise InputError(f"{saved}: this run was started with a different config: {shown}; resume with the same "
-                             f"settings (those that may change: README, 'Resuming'), use another --run-dir, "
-                             f"or --force to start over")
-        else:
-            changes = {k: (_lookup(old, k), _lookup(new, k)) for k in config_lib.diff(old, new)}
-    if not resuming or changes:
+    changed = [k for k in config_lib.diff(old, new) if k not in config_lib.RESUMABLE_KEYS]
+    checkpoints = run_checkpoints(run_dir)
+    if checkpoints:
+        refuse_a_config_with_train_accum(old, run_dir)
+    other_start = _other_start(manifest, init_from)
+    if not trained and (changed or other_start):
+        return StartPlan(manifest, resuming=False, start_over=True)
+    if changed:
+        shown = ", ".join(f"{k} ({_lookup(old, k)!r} -> {_lookup(new, k)!r})" for k in changed[:3])
+        raise InputError(f"{run_dir}: this run was started with a different config: {shown}; resume with the same "
+                         f"settings (those that may change: docs/wmt.md, 'Resuming'), use another --run-dir, "
+                         f"or --force to start over")
+    if other_start:
+        raise InputError(f"{run_dir}: {other_start}; leave out --init-from to resume this run, fine-tune in "
+                         f"another --run-dir, or --force to start over")
+    if trained and not checkpoints:
+        finals = [n for n in manifest.listed() if n == "best.safetensors" or n.startswith("averaged_last")]
+        kept = f"its final models stay: {', '.join(finals)}" if finals else "it has no final model left"
+        raise InputError(f"{run_dir}: this run has no checkpoint left to resume from (its ckpt_* files were "
+                         f"deleted); nothing was changed and {kept}; fine-tune from one with --init-from in "
+                         f"another --run-dir, or --force to start over")
+    changes = {k: (_lookup(old, k), _lookup(new, k)) for k in config_lib.diff(old, new)}
+    return StartPlan(manifest, resuming=True, changes=changes,
+                     write_config=bool(changes) or not manifest.owns(CONFIG_FILE))
+
+
+def identity_of(run_config: RunConfig, data_key: str, tokenizer_sha256: str, start: dict) -> dict:
+    """The run's identity record: its config, data and tokenizer, and `start` (`start_of`)."""
+    text = config_lib.to_json(run_config)
+    return {"config": run_config.to_dict(), "config_sha256": hashlib.sha256(text.encode()).hexdigest(),
+            "data_key": data_key, "tokenizer_sha256": tokenizer_sha256, **start}
+
+
+def start_of(manifest: Manifest, resumed: bool, init_from) -> dict:
+    """Where the run started, for its identity: {"init_from": {"path", "sha256"} of the --init-from file, or None
+    from scratch}; a resumed run keeps its record ({} where none was kept: a run from before run records)."""
+    if resumed:
+        identity = manifest.identity or {}
+        return {"init_from": identity["init_from"]} if "init_from" in identity else {}
+    start = None if init_from is None else {"path": str(Path(init_from).resolve()), "sha256": sha256_of(init_from)}
+    return {"init_from": start}
+
+
+def commit_start(plan: StartPlan, run_config: RunConfig, identity: dict, say=print) -> Manifest:
+    """Once every check of the start has passed: start over if planned, write config.json, record the identity."""
+    manifest = start_over(plan.manifest, say) if plan.start_over else plan.manifest
+    if plan.write_config:
+        if plan.resuming and not (manifest.run_dir / CONFIG_FILE).exists():
+            say(f"{manifest.run_dir / CONFIG_FILE} was missing: written again from the run's record in {MANIFEST_FILE}")
         try:
             manifest.write_bytes(CONFIG_FILE, (config_lib.to_json(run_config) + "\n").encode("utf-8"))
         except OSError as err:
             raise InputError(f"{manifest.run_dir}: cannot write to the run directory ({err.strerror or err})") from None
-    return manifest, resuming, changes
+    if manifest.identity != identity:
+        manifest.set_identity(identity)
+    return manifest
 
 
 def _lookup(data: dict, dotted: str):

@@ -14,16 +14,9 @@ The gradients meet in one flat array (`optimizer.gather_grads()`): the place whe
 data-parallel all-reduce goes (`sync`, train/distributed/grad_sync.py), then the loss scaler's
 unscale and finiteness check, then clipping, each one kernel on one array.
 
-Data parallelism (§5.2: 8 GPUs): with `sync` over k ranks, each rank passes its own share
-of the update's batches (the same number on every rank, `None` for an empty one), and the
-update is the one a single process would make on all k shares as micro-batches: the loss
-is normalised by the global number of target tokens (one all-reduce of the counts first),
-the gradients are summed once, after the last micro-batch, and every decision (skip on
-overflow, stop on divergence) is agreed by all ranks. With `rng` (the generator behind
-the dropout masks) micro-batch g of the update, counted across ranks, draws its masks
-from its own stream, `rng` jumped g times; so the masks, too, do not depend on how the
-micro-batches are spread over ranks, and every rank ends the update with the same `rng`.
-Shapes: B pairs, S source length, T target length.
+Data parallelism (§5.2): with `sync` over k ranks, each rank passes its own share of the
+update and the update is the one a single process would make on all k shares
+(train/distributed/global_batch.py, count_update). Shapes: B pairs, S source length, T target length.
 """
 from __future__ import annotations
 
@@ -33,7 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from minitensor.autograd import backward
+from minitensor.backends.cuda_graph import refuse_in_capture
 from minitensor.optim import clip_grad_norm
+from train.distributed.global_batch import count_update
 from train.distributed.grad_sync import GradSync
 
 
@@ -61,22 +56,16 @@ def train_step(model, batches, optimizer, loss_fn, scaler=None, clip_norm: float
     A `None` batch is empty: no forward, no loss, no tokens, but the same collectives.
     """
     sync = GradSync(optimizer) if sync is None else sync                    # one process: nothing to sum
-    comm, pad_id = sync.comm, model.config.pad_id
     real = [(j, batch) for j, batch in enumerate(batches) if batch is not None]
-    local = [(int((tgt_out != pad_id).sum()), int((src != pad_id).sum()), src.size + tgt_out.size)
-             for _, (src, _, tgt_out) in real]                             # per batch: target, source, padded
-    first = comm.rank * len(batches)                                         # this share's place in the update
-    ends = np.zeros(comm.world_size, np.int64)                               # per rank: where its real batches end
-    ends[comm.rank] = first + real[-1][0] + 1 if real else 0
-    totals = comm.all_reduce_host(np.concatenate([np.array(local, np.int64).reshape(-1, 3).sum(axis=0), ends]))
-    n_target, src_tokens, padded = (int(n) for n in totals[:3])              # over every rank
-    streams = _DropoutStreams(rng, first=first, used=int(totals[3:].max()))
+    first, used, n_target, src_tokens, padded = count_update(sync.comm, batches, model.config.pad_id)  # every rank's
+    streams = _DropoutStreams(rng, first, used)                             # micro-batch g: its own dropout masks
     optimizer.zero_grad()
     xp = optimizer.backend.xp
     sums = xp.zeros(2, dtype=np.float64)                                     # [Σ loss, Σ nll] over target tokens
     for j, (src, tgt_in, tgt_out) in real:
         streams.select(j)
         out = loss_fn(model(src, tgt_in), tgt_out)                          # (B, T, V) logits -> mean loss
+        refuse_in_capture("the loss weight (the batch's share of the target tokens) is a host number")
         weighted = out.loss * (out.n_tokens / max(n_target, 1))             # Σ over batches and ranks = mean over all tokens
         last = j == real[-1][0]                                              # its backward makes the gradients final
         backward(weighted if scaler is None else scaler.scale_loss(weighted),
@@ -84,21 +73,25 @@ def train_step(model, batches, optimizer, loss_fn, scaler=None, clip_norm: float
         sums += xp.stack([out.loss.data * out.n_tokens, out.nll_sum]).astype(np.float64)
     streams.finish()
     grad = sync.finish()                                                     # every gradient, one flat array, summed over ranks
-    comm.all_reduce(sums)
-    loss_sum, nll_sum = sums[0], sums[1]
-    if scaler is not None:
-        finite = _agreed(comm, scaler.unscale_and_check(grad))
-        stepped = scaler.update(finite)                                      # overflow: skip, lower the scale
-    else:
-        finite = stepped = _agreed(comm, all_finite(grad, loss_sum))
+    loss_sum, nll_sum = sync.comm.all_reduce(sums)                           # over every rank
+    finite, stepped = _finite_and_stepping(sync.comm, grad, loss_sum, scaler)
     if not finite:
         check_ids(model, [batch for _, batch in real])                       # a bad token id comes out as NaN on a GPU
-    grad_norm = None
-    if stepped and (clip_norm > 0 or measure_grad_norm):
-        grad_norm = clip_grad_norm(grad, clip_norm if clip_norm > 0 else math.inf)
+    measured = stepped and (clip_norm > 0 or measure_grad_norm)
+    grad_norm = clip_grad_norm(grad, clip_norm if clip_norm > 0 else math.inf) if measured else None
     if stepped:
         optimizer.step()                                                     # §5.3: Adam at the Eq. (3) rate
     return StepStats(loss_sum, nll_sum, n_target, src_tokens, padded, grad_norm, finite, stepped)
+
+
+def _finite_and_stepping(comm, grad, loss_sum, scaler) -> tuple[bool, bool]:
+    """(loss and gradients finite on every rank, the optimizer is to step). fp16 (`scaler`): the gradient
+    is unscaled first, and an overflow skips the step and lowers the scale; otherwise only finite steps."""
+    if scaler is not None:
+        finite = _agreed(comm, scaler.unscale_and_check(grad))
+        return finite, scaler.update(finite)
+    finite = _agreed(comm, all_finite(grad, loss_sum))
+    return finite, finite
 
 
 def _agreed(comm, finite: bool) -> bool:
@@ -107,7 +100,8 @@ def _agreed(comm, finite: bool) -> bool:
 
 
 class _DropoutStreams:
-    """Micro-batch g of an update (counted across ranks) draws its dropout masks from `rng` jumped g times.
+    """Micro-batch g of an update (counted across ranks) draws its dropout masks from `rng` jumped g times,
+    so the masks do not depend on how the micro-batches are spread over ranks (`rng` None: no dropout stream).
 
     `used`: the update's micro-batches up to its last real one. The generator ends jumped that many
     times, so empty batches at the end (a share that does not divide) leave no trace: the update,

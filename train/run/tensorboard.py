@@ -16,6 +16,7 @@ from pathlib import Path
 
 from train.errors import InputError
 from train.run.manifest import Manifest
+from train.run.run_names import output_in_run
 from train.run.metrics import METRICS_FILE, read_metrics
 
 LIVE_DIR = "tensorboard"
@@ -98,6 +99,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path | None = None) -> tuple[
                 manifest.remove(name)
     else:
         out = Path(out_dir)
+        output_in_run(out, "export-tensorboard")
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise InputError(f"{out}: exists and is not an empty folder; choose a new or empty --out "
                              f"(nothing in it is replaced)")

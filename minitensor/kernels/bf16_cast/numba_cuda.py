@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...backends.numba_cuda_compat import import_numba_cuda
+from ..numba_cuda_compat import import_numba_cuda
 from ...dtypes import BF16
 
 cuda = import_numba_cuda()

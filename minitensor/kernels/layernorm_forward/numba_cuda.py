@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from ...backends.numba_cuda_compat import import_numba_cuda
+from ..numba_cuda_compat import import_numba_cuda
 
 cuda = import_numba_cuda()
 THREADS = 64  # threads per block = slots of the shared-memory reduction (a power of two)

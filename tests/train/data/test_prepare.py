@@ -200,8 +200,8 @@ def test_resume_refuses_changed_training_data_naming_it(tmp_path, number_files):
 
 
 def test_a_corpus_edit_is_refused_at_once_even_with_size_and_mtime_kept(tmp_path, number_files, monkeypatch):
-    """Failure 4 of issue 29: the refusal came only after a full re-prepare (~15 min at WMT size) and left a new
-    prepared folder behind; a same-size edit with the modification time restored was not caught at all."""
+    """A changed corpus is refused before any re-prepare (~15 min at WMT size) and leaves no new prepared folder
+    behind, even for a same-size edit with the modification time restored."""
     import train.data.store as store
 
     paths, _ = number_files

@@ -166,7 +166,7 @@ def test_the_tokenizer_phase_shows_its_progress_in_a_log(task, tmp_path):
 
 
 def test_a_file_that_is_no_tokenizer_is_one_line(tmp_path):
-    """`translate --tokenizer train.en` (a wrong file): sentencepiece's RuntimeError was a traceback."""
+    """`translate --tokenizer train.en` (a wrong file): one line, not sentencepiece's RuntimeError traceback."""
     wrong = tmp_path / "train.en"
     wrong.write_text("a sentence, not a model\n")
     with pytest.raises(InputError, match=r"train.en: not a sentencepiece tokenizer model"):

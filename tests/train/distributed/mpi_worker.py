@@ -27,7 +27,8 @@ from mpi4py import MPI
 
 from minitensor.optim import Adam, NoamSchedule
 from train.data.batching import shard
-from train.distributed.communicators import Mpi, device_index
+from train.distributed.communicators import Mpi
+from train.distributed.launch import device_index
 from train.distributed.grad_sync import GradSync, ReplicaMismatchError
 from train.run.loss_scaler import DynamicLossScaler
 from train.run.step import _agreed, train_step

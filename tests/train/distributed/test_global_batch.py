@@ -1,13 +1,14 @@
 """One global batch whatever the world size (computed, no training), and the start-up agreement's verdicts."""
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from train import config as config_lib
 from train.config import RunConfig
 from train.distributed.agreement import check_agreement, disagreements
 from train.distributed.communicators import SingleProcess
-from train.distributed.global_batch import UpdatePlan, plan_update, resumed_plan
+from train.distributed.global_batch import UpdateCounts, UpdatePlan, count_update, plan_update, resumed_plan
 from train.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -15,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 @pytest.mark.parametrize("name", ["wmt14_en_de_base", "wmt14_en_de_big", "wmt14_en_fr_big"])
 def test_the_wmt_recipe_has_the_papers_update_on_1_to_8_gpus(name):
-    """§5.1's ~25,000 tokens per update on 1 GPU and on 8, not 8 × 25,000 (issue #28, item 1)."""
+    """§5.1's ~25,000 tokens per update on 1 GPU and on 8, not 8 × 25,000."""
     train = config_lib.load(ROOT / "configs" / f"{name}.toml").train
     plans = {k: plan_update(train, k) for k in range(1, 9)}
     for k in (1, 2, 4, 5, 8):                                   # the shares divide 25,000 exactly
@@ -49,6 +50,27 @@ def test_a_resume_keeps_the_checkpoints_update_or_is_refused_naming_both_world_s
     with pytest.raises(InputError, match=r"ckpt_00000003.safetensors: written by 2 rank\(s\) with 4 micro-batches "
                                          r"of ≤ 256 tokens per update; 5 ranks cannot share them"):
         resumed_plan(saved, 5, "ckpt_00000003.safetensors")
+
+
+def test_count_update_counts_every_ranks_tokens_and_places_this_share():
+    """Rank 1 of 2 with a share of 3 slots, the last empty: its place and the sums come from the (faked) all-reduce."""
+    def batch(n_src, n_tgt, length):  # ids 5, padded with 0 up to `length`
+        row = lambda n: np.array([[5] * n + [0] * (length - n)])
+        return row(n_src), row(n_tgt), row(n_tgt)
+
+    class RankOneOfTwo(SingleProcess):
+        rank, world_size = 1, 2
+
+        def all_reduce_host(self, values, op="sum"):
+            self.sent = values.copy()
+            return values + np.array([10, 20, 30, 2, 0])         # rank 0: 10 target, 20 source, 30 padded, ends at 2
+
+    comm = RankOneOfTwo()
+    counts = count_update(comm, [batch(3, 2, 4), None, batch(1, 4, 4)], pad_id=0)
+    assert list(comm.sent) == [6, 4, 16, 0, 6]                    # target, source, padded; its batches end at 3 + 2 + 1
+    assert counts == UpdateCounts(first=3, used=6, target_tokens=16, source_tokens=24, padded_tokens=46)
+    empty = count_update(RankOneOfTwo(), [None, None], pad_id=0)
+    assert empty == UpdateCounts(first=2, used=2, target_tokens=10, source_tokens=20, padded_tokens=30)
 
 
 def test_the_agreement_names_each_field_the_ranks_and_both_values():

@@ -1,4 +1,4 @@
-"""Starting many ranks: launcher detection, one GPU per local rank, and what is missing said plainly (issue #26).
+"""Starting many ranks: launcher detection, one GPU per local rank, and what is missing said plainly.
 
 The GPU machine had mpi4py without an MPI library (`from mpi4py import MPI` fails) and CuPy
 without libnccl (`from cupy.cuda import nccl` succeeds, `nccl.available` is False). Both are
@@ -10,9 +10,9 @@ import types
 
 import pytest
 
-from train.distributed import communicators
-from train.distributed.communicators import (SingleProcess, device_index, for_backend, host_from_launcher,
-                                             launched_by_mpi, launcher_size, why_no_mpi, why_no_nccl)
+from train.distributed import launch
+from train.distributed.communicators import SingleProcess, for_backend, host_from_launcher
+from train.distributed.launch import device_index, launched_by_mpi, launcher_size, why_no_mpi, why_no_nccl
 from train.errors import InputError
 
 
@@ -68,7 +68,7 @@ def test_one_gpu_per_local_rank_and_no_more_ranks_than_gpus():
 def test_mpi4py_without_an_mpi_library_is_one_clear_error(monkeypatch):
     _without_mpi(monkeypatch)
     assert why_no_mpi().startswith("ImportError")
-    assert communicators.mpiexec_path() is None                # the MPI tests then skip, visibly
+    assert launch.mpiexec_path() is None                # the MPI tests then skip, visibly
     with pytest.raises(InputError, match=r"started by an MPI launcher but MPI does not load \(ImportError"):
         host_from_launcher({"PMI_RANK": "0", "PMI_SIZE": "2"})
 

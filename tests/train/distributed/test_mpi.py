@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from train import config as config_lib
-from train.distributed.communicators import mpiexec_path
+from train.distributed.launch import mpiexec_path
 from train.run.loop import fit
 from train.run.metrics import read_metrics
 from transformer.checkpoint import list_checkpoints, load_checkpoint

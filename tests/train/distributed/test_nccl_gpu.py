@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import minitensor as mt
-from train.distributed.communicators import why_no_nccl
+from train.distributed.launch import why_no_nccl
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -124,7 +124,7 @@ def test_format_reports_all_scores_and_the_gap_note():
     text = scores.format()
     assert f"{scores.bleu:6.2f}" in text and scores.bleu_signature in text
     assert f"{scores.paper_bleu:6.2f}" in text and scores.chrf_signature in text
-    assert "issue 317" in text and "1.5 BLEU" in text
+    assert "tensorflow/tensor2tensor issue 317" in text and "1.5 BLEU" in text
     assert scores.to_dict()["n"] == len(HYPS_DE)
 
 
@@ -195,7 +195,7 @@ def test_paper_bleu_equals_the_perl_recipe():
 
 
 def test_moses_differs_from_13a_where_the_recipe_says():
-    """The cases where sacreBLEU's 13a tokenizer (the old approximation) disagrees with Moses."""
+    """The cases where sacreBLEU's 13a tokenizer (an approximation of Moses) disagrees with Moses."""
     from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
     for line in ("Die Preise stiegen um 3-4 Prozent.", 'Er sagte: "Nein".', "Ben & Jerry's"):
@@ -270,7 +270,7 @@ def test_paper_bleu_defaults_to_the_2017_recipe_and_names_it():
 
 
 def test_without_sacremoses_paper_bleu_is_unavailable_and_the_rest_is_scored(monkeypatch):
-    """Issue 26: the GPU image had no sacremoses and every validation crashed in paper_bleu."""
+    """Without sacremoses (a GPU image may lack it) paper BLEU is unavailable; validation must not crash on it."""
     monkeypatch.setitem(sys.modules, "sacremoses", None)  # `import sacremoses` now fails
     with pytest.raises(ImportError):
         paper_bleu(HYPS_DE, REFS_DE)

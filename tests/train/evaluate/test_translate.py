@@ -54,8 +54,8 @@ def test_translate_non_utf8_and_empty_stdin(run):
 
 
 def test_a_bad_line_costs_that_line_only(run, tmp_path):
-    """The reported loss: one invalid-UTF-8 line or one 6,695-subword line aborted a whole translate with
-    nothing written. Now each gives a warning naming its line; every other line is translated."""
+    """One invalid-UTF-8 line or one 6,695-subword line must not abort a whole translate with nothing
+    written: each gives a warning naming its line; every other line is translated."""
     ckpt, model, tokenizer = run
     limit = model.config.max_len - 1
     too_long = " ".join(f"w{i % 200}" for i in range(3 * limit))
@@ -188,7 +188,7 @@ def test_threads_share_the_batches_and_change_no_output(run, monkeypatch):
 
 
 def test_profile_search_runs_the_readable_search_beside_the_fast_one(run, tmp_path):
-    """benchmarks/profile_search.py (README, "Measured"): search.py's Tensor ops run Numba's parallel kernels,
+    """benchmarks/profile_search.py (docs/results.md, "CPU speed"): search.py's Tensor ops run Numba's parallel kernels,
     which must not be entered from several Python threads at once (Numba's workqueue aborts the process);
     translate's per-thread batches are for fast_search.py, so search.py decodes its batches in one thread."""
     ckpt, model, tokenizer = run

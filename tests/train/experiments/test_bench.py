@@ -40,5 +40,5 @@ def test_bench_on_a_missing_backend_is_one_line():
 
 @pytest.mark.parametrize("option", [["--steps", "0"], ["--steps", "-2"], ["--warmup", "-1"], ["--batch", "-4"]])
 def test_bench_refuses_counts_that_time_nothing(option):
-    """--steps 0 divided by zero (a traceback); a negative --warmup or --batch was taken silently."""
+    """--steps 0 would divide by zero (a traceback); a negative --warmup or --batch is not taken silently."""
     assert_one_line_error(run_cli("bench", "--no-peer", *option), f"{option[0]} must be")

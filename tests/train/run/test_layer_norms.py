@@ -99,7 +99,7 @@ def test_the_probe_changes_nothing_it_measures():
 
 
 def test_a_large_shared_ffn_output_collapses_a_post_norm_encoder():
-    # The mechanism seen on the WSJ sample (README, "Parsing as translation"): when the last encoder
+    # The mechanism seen on the WSJ sample (docs/parsing.md): when the last encoder
     # FFN's output is dominated by a part shared by every word (here its bias b2 = ±c, mean 0 so that
     # LayerNorm does not subtract it), the post-norm LayerNorm(x + F) divides the words' differences
     # by about |F|, and the memory is one vector.
@@ -148,7 +148,7 @@ def test_fit_logs_norms_only_when_asked_and_plot_draws_them(tmp_path, monkeypatc
 
 def test_runs_table_keeps_the_last_encoder_layer_that_runs_figure_draws():
     # runs_table keeps only enc.<last>.feed_forward.f_const: `layers` must still read the depth off it
-    # (counting the distinct indices once gave 1 layer, and the chapter's middle panel was empty)
+    # (counting the distinct indices would give 1 layer, and the chapter's middle panel would be empty)
     full = [{"kind": "norms", "step": 1, "memory.spread": 0.5,
              **{f"enc.{i}.feed_forward.f_const": float(i) for i in range(4)}},
             {"kind": "valid", "step": 1, "nll": 2.0}]

@@ -276,7 +276,7 @@ def test_early_stopping_and_best_checkpoint_by_validation_bleu(tmp_path, monkeyp
 
 
 def test_best_and_early_stopping_judge_dev_loss_by_default_and_bleu_only_on_500_sentences(tmp_path, monkeypatch):
-    """Issue 29: early stopping judged BLEU on 20 sentences. By default the dev loss decides (every dev
+    """Early stopping never judges BLEU on a handful of sentences: by default the dev loss decides (every dev
     sentence); BLEU may decide only over a sample of at least 500 sentences (or the whole, smaller, dev set)."""
     import train.run.validation as validation_module
 
@@ -300,7 +300,7 @@ def test_first_steps_are_logged_before_log_every():
 
 
 def test_no_mfu_on_a_cpu():
-    """A CPU has no trustworthy peak (the old estimate printed ~80% MFU); GPUs use their datasheet."""
+    """A CPU has no trustworthy peak (an estimate gave ~80% MFU); GPUs use their datasheet."""
     from train.run.metrics import mfu, peak_tflops
 
     assert peak_tflops("cpu", "fp32")[0] is None and mfu(1e12, None) is None

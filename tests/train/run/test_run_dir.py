@@ -1,6 +1,6 @@
-"""A run is what its manifest says (train/run/manifest.py, train/run/run_dir.py): issue 29's failures 1 and 3.
+"""A run is what its manifest says (train/run/manifest.py, train/run/run_dir.py): nothing of the user's is lost.
 
-Each test reproduces a reported loss exactly, then checks that nothing the user wrote changed.
+Each test sets up a way a user's file could be lost, then checks that nothing the user wrote changed.
 """
 
 import shutil
@@ -53,9 +53,9 @@ def straight(tmp_path_factory):
 
 
 def test_a_users_safety_copy_is_never_averaged_pruned_or_resumed_from(straight, tmp_path):
-    """Failure 1: any ckpt_<digits>.safetensors counted as ours. A user's safety copy ckpt_30.safetensors was
-    averaged into the final model and deleted by pruning without --force; being "newer", it made pruning drop
-    the run's only optimizer state (no exact resume), and `average` broke."""
+    """Not every ckpt_<digits>.safetensors is ours. A user's safety copy ckpt_30.safetensors must not be
+    averaged into the final model nor deleted by pruning; being "newer", it must not make pruning drop the
+    run's only optimizer state (no exact resume), nor break `average`."""
     run_dir = tmp_path / "run"
     quiet_fit(run_dir, "train.max_steps=6")
     copy = run_dir / "ckpt_30.safetensors"
@@ -92,7 +92,7 @@ def test_a_file_of_ours_by_name_but_not_in_the_manifest_stops_fit_before_it_writ
 
 
 def test_a_folder_of_files_with_our_names_but_no_manifest_is_not_a_run(straight, tmp_path):
-    """Failure 3: `fit` without --force replaced or deleted a user's files in a folder that held only files
+    """`fit` without --force never replaces or deletes a user's files in a folder that holds only files
     with our names (config.json, tokenizer.model, tokenizer.vocab, metrics.jsonl)."""
     folder = tmp_path / "mine"
     folder.mkdir()
@@ -110,7 +110,7 @@ def test_a_folder_of_files_with_our_names_but_no_manifest_is_not_a_run(straight,
 def test_a_run_made_before_manifests_is_adopted_once_when_every_checkpoint_verifies(straight, tmp_path, capsys):
     old = tmp_path / "old"
     shutil.copytree(straight, old)
-    (old / MANIFEST_FILE).unlink()  # as runs were before manifests
+    (old / MANIFEST_FILE).unlink()  # a run made before manifests
     (old / "notes.txt").write_text("mine")
     (old / "ckpt_7.safetensors").write_bytes((old / "ckpt_00000010.safetensors").read_bytes())  # a safety copy
     capsys.readouterr()

@@ -106,7 +106,7 @@ def test_export_needs_a_run(tmp_path):
 
 def test_a_file_where_the_event_folder_goes_is_one_line_and_kept(tmp_path):
     """A user's file named tensorboard-export (or tensorboard) in the run: a one-line error, the file kept
-    (it was a NotADirectoryError traceback from tensorboardX)."""
+    (not a NotADirectoryError traceback from tensorboardX)."""
     pytest.importorskip("tensorboardX")
     manifest = Manifest.create(tmp_path)
     with MetricsWriter(manifest.claim("metrics.jsonl", append=True), manifest=manifest) as metrics:
@@ -137,8 +137,8 @@ def test_a_missing_extra_is_one_line_before_anything_is_written(tmp_path, monkey
 
 
 def test_a_kill_before_the_first_checkpoint_leaves_no_duplicated_step(tmp_path):
-    """Issue 29: after a kill before the first checkpoint the rerun starts from step 0 again, and step 1 showed
-    twice in the export (and live). A rerun that finds earlier records writes a resume record at step 0."""
+    """After a kill before the first checkpoint the rerun starts from step 0 again; step 1 must not show twice
+    in the export (nor live): a rerun that finds earlier records writes a resume record at step 0."""
     import signal
     import subprocess
     import sys
