@@ -461,9 +461,11 @@ def connection_ours(x_, w, b, gamma_, beta_):
 def connection_library(x_, w, b, gamma_, beta_):
     """Under impl="fused" the library's stacks run time-major (tokens (T, B, D), `transformer/model.py`):
     the connection takes the batch transposed, and draws its mask as the (B, T, D) layout would. It is
-    handed the sub-layer's last Linear, whose bias it folds into its one op (that Linear leaves it out)."""
+    handed the sub-layer's last Linear, built to leave its bias out (as the fused stacks build W^O and W₂,
+    `folds_output_bias`), and adds that bias in its one op."""
     output = nn.Linear(D, D)
     output.weight, output.bias = w, b
+    output.add_bias = not library.folds_output_bias(fused_config)
     connection = with_norm(library.SublayerConnection(fused_config, np.random.default_rng(9), output), gamma_, beta_)
     return connection(x_.transpose(0, 1), lambda y: (output(y), None))[0].transpose(0, 1)
 
