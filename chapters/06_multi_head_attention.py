@@ -284,7 +284,7 @@ def check_mhsa(multi_head_self_attention) -> None:
     ref, _ = multi_head_loop(xc, xc, m)
     w = {name: t.numpy().astype(np.float64) for name, t in m.named_parameters()}
     assert all(np.all(w[f"{n}.bias"] == 0) for n in ("w_q", "w_k", "w_v", "w_o")), "biases start at zero"
-    with calls_to(MultiHeadAttention.forward, Attention.forward, multi_head_loop) as calls:
+    with calls_to(MultiHeadAttention.forward, Attention.forward, multi_head_loop, attention) as calls:
         got = multi_head_self_attention(xc, w["w_q.weight"], w["w_k.weight"], w["w_v.weight"], w["w_o.weight"], hc)
     assert not calls, f"write it in NumPy, without a loop over heads: the answer called {dict(calls)}"
     mt.assert_close(np.asarray(got), ref, name="multi-head self-attention")

@@ -447,6 +447,30 @@ PLANTED = [
           "        return values.astype(np.float16).view(np.uint16)\n"
           "    return values.astype(np.float32).view(np.uint32) >> (23 - man_bits)\n",
           "19", "E4M3: to_bits(decode(bits)) must be bits", ("--check-solutions",)),
+    Plant("an exercise answer that runs the library's Adam for its first update",
+          "chapters/solutions/04_modules_adam_and_noam.py", "first_adam_update",
+          "    return -lr * g / (np.abs(g) + eps)",
+          "    from minitensor import nn, optim\n    param = nn.Parameter(np.zeros(g.shape))\n"
+          "    param.grad = g.astype(np.float32)\n    optim.Adam([param], lr=lr, eps=eps).step()\n"
+          "    return param.numpy()",
+          "04", "the answer ran the library's Adam", ("--check-solutions",)),
+    Plant("an exercise answer that loops over heads with the chapter's per-head code",
+          "chapters/solutions/06_multi_head_attention.py", "multi_head_self_attention",
+          "    q, k, v = (split_heads(x @ w, h) for w in (wq, wk, wv))",
+          "    import __main__\n    width = wq.shape[1] // h\n"
+          "    cols = [slice(i * width, (i + 1) * width) for i in range(h)]\n"
+          "    heads = [__main__.attention(x @ wq[:, c], x @ wk[:, c], x @ wv[:, c])[0] for c in cols]\n"
+          "    return np.concatenate(heads, axis=-1) @ wo\n"
+          "    q, k, v = (split_heads(x @ w, h) for w in (wq, wk, wv))",
+          "06", "without a loop over heads: the answer called", ("--check-solutions",)),
+    Plant("an exercise answer that runs autograd for RMSNorm's backward",
+          "chapters/solutions/08_layer_norm_and_the_stacks.py", "rms_norm_backward",
+          "    r = 1.0 / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps)\n",
+          "    import minitensor as mt\n    leaf = mt.tensor(x, requires_grad=True, dtype='float64')\n"
+          "    y = leaf / ((leaf * leaf).mean(axis=-1, keepdims=True) + eps).sqrt()\n"
+          "    y = y * mt.tensor(gamma, dtype='float64')\n"
+          "    (y * dy).sum().backward()\n    return leaf.grad\n",
+          "08", "derive RMSNorm's dx by hand", ("--check-solutions",)),
 ]
 
 
