@@ -19,12 +19,26 @@ from torch import nn
 
 
 class PeerTransformer(nn.Module):
-    def __init__(self, vocab, d_model, n_layers, h, d_ff, p_drop):
+    """Ours in `nn.Transformer`: its layers with the paper's dropout (§5.4: on the residuals and the
+    embedding sums; none on the attention weights or inside the FFN, as ours by default) and no
+    LayerNorm after either stack (post-norm already ends each layer with one, §3.1)."""
+
+    def __init__(self, vocab, d_model, n_layers, h, d_ff, p_drop, layernorm_eps=1e-6):
         super().__init__()
         self.d_model = d_model
         self.embed = nn.Embedding(vocab, d_model)
         nn.init.normal_(self.embed.weight, std=d_model ** -0.5)
-        self.transformer = nn.Transformer(d_model, h, n_layers, n_layers, d_ff, p_drop, batch_first=True)
+        layers = [nn.TransformerEncoderLayer(d_model, h, d_ff, p_drop, batch_first=True, layer_norm_eps=layernorm_eps),
+                  nn.TransformerDecoderLayer(d_model, h, d_ff, p_drop, batch_first=True, layer_norm_eps=layernorm_eps)]
+        for layer in layers:
+            layer.dropout = nn.Identity()                              # inside the FFN
+            for attention in (layer.self_attn, getattr(layer, "multihead_attn", None)):
+                if attention is not None:
+                    attention.dropout = 0.0                            # on the attention weights
+        self.transformer = nn.Transformer(
+            d_model, h, batch_first=True,
+            custom_encoder=nn.TransformerEncoder(layers[0], n_layers, enable_nested_tensor=False),
+            custom_decoder=nn.TransformerDecoder(layers[1], n_layers))
         self.drop = nn.Dropout(p_drop)
         pos = torch.arange(4096).unsqueeze(1)
         div = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))

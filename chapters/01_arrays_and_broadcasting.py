@@ -33,6 +33,9 @@
 # `chapters/_common.py` holds what the chapters share: the `--fast` and
 # `--check-solutions` switches, `show(fig, name)` for figures, and `fails`
 # for proving that a check can fail.
+#
+# The library code this chapter builds:
+# [`minitensor/tensor.py`](../minitensor/tensor.py).
 
 # %%
 import numpy as np

@@ -21,6 +21,10 @@
 #    classes** with a `forward` and a `backward` on whole arrays, a `Context`
 #    that keeps what backward needs (`save_for_backward`), and a backend that
 #    does the math, so the same op runs on NumPy, Numba or CuPy.
+#
+# The library code this chapter builds:
+# [`minitensor/autograd.py`](../minitensor/autograd.py),
+# [`minitensor/tensor.py`](../minitensor/tensor.py).
 
 # %%
 import numpy as np

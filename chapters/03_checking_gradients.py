@@ -15,11 +15,14 @@
 # softmax of §3.2.1, layernorm of §3.1, label-smoothed cross-entropy of §5.4) is
 # therefore checked against the one derivative that needs no derivation:
 #
-#     ∂f/∂x_i ≈ (f(x + ε e_i) − f(x − ε e_i)) / 2ε        (central difference)
+# $$\frac{\partial f}{\partial x_i} \approx \frac{f(x + \varepsilon e_i) - f(x - \varepsilon e_i)}{2\varepsilon} \qquad \text{(central difference)}$$
 #
 # This chapter builds that check, shows why it is *central* and in *float64*,
 # and shows the trap that `minitensor.gradcheck` is designed around: checking
 # `out.sum()` cannot see a softmax backward that returns zeros.
+#
+# The library code this chapter builds:
+# [`minitensor/testing.py`](../minitensor/testing.py).
 
 # %%
 import matplotlib.pyplot as plt

@@ -13,7 +13,7 @@
 # > We used the Adam optimizer with β₁ = 0.9, β₂ = 0.98 and ε = 10⁻⁹. We varied
 # > the learning rate over the course of training, according to the formula: (§5.3)
 #
-#     lrate = d_model^−0.5 · min(step_num^−0.5, step_num · warmup_steps^−1.5)        (§5.3, Eq. (3))
+# $$\mathit{lrate} = d_{\text{model}}^{-0.5} \cdot \min\left(\mathit{step\_num}^{-0.5},\ \mathit{step\_num} \cdot \mathit{warmup\_steps}^{-1.5}\right) \tag{3}$$
 #
 # > This corresponds to increasing the learning rate linearly for the first
 # > warmup_steps training steps, and decreasing it thereafter proportionally to
@@ -26,6 +26,11 @@
 # parameters by itself, dropout, an initialiser (the paper does not say which
 # one; we use Xavier-uniform like the reference implementations), Adam with the
 # paper's constants, and the schedule of Eq. (3).
+#
+# The library code this chapter builds:
+# [`minitensor/nn/layers.py`](../minitensor/nn/layers.py),
+# [`minitensor/nn/init.py`](../minitensor/nn/init.py),
+# [`minitensor/optim.py`](../minitensor/optim.py).
 
 # %%
 import matplotlib.pyplot as plt

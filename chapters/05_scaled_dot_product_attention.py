@@ -16,7 +16,7 @@
 # > divide each by √d_k, and apply a softmax function to obtain the weights on
 # > the values. (§3.2.1)
 #
-#     Attention(Q, K, V) = softmax(QKᵀ / √d_k) V        (§3.2.1, Eq. (1))
+# $$\mathrm{Attention}(Q, K, V) = \mathrm{softmax}\left(\frac{QK^\top}{\sqrt{d_k}}\right)V \tag{1}$$
 #
 # Each query asks "which keys look like me?"; the softmax turns the similarity
 # scores into weights that are positive and sum to one; the output is the
@@ -24,6 +24,10 @@
 # batched matrix product, and compare both with `transformer.attention`.
 #
 # Shapes: B batch, H heads, Tq queries, Tk keys, K = d_k, Kv = d_v.
+#
+# The library code this chapter builds:
+# [`transformer/attention.py`](../transformer/attention.py),
+# [`minitensor/kernels/softmax_forward/numba_cpu.py`](../minitensor/kernels/softmax_forward/numba_cpu.py).
 
 # %%
 import math

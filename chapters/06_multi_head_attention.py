@@ -15,8 +15,8 @@
 # > queries, keys and values h times with different, learned linear projections
 # > to d_k, d_k and d_v dimensions, respectively. (§3.2.2)
 #
-#     MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,
-#     where head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)            (§3.2.2)
+# $$\mathrm{MultiHead}(Q, K, V) = \mathrm{Concat}(\mathrm{head}_1, \ldots, \mathrm{head}_h)\,W^O$$
+# $$\text{where}\quad \mathrm{head}_i = \mathrm{Attention}(QW_i^Q, KW_i^K, VW_i^V)$$
 #
 # > In this work we employ h = 8 parallel attention layers, or heads. For each
 # > of these we use d_k = d_v = d_model/h = 64. Due to the reduced dimension of
@@ -31,6 +31,10 @@
 # as a batch axis, computes the same thing.
 #
 # Shapes: B batch, T positions, D = d_model, H heads, K = d_k = d_v.
+#
+# The library code this chapter builds:
+# [`transformer/attention.py`](../transformer/attention.py),
+# [`transformer/fused.py`](../transformer/fused.py).
 
 # %%
 import math
@@ -172,8 +176,8 @@ assert len(set(costs.values())) == 1, "§3.2.2: total cost independent of h when
 # `impl="composed"`, runs the op-by-op code above), whose backward is the chain
 # rule through its four lines written out by hand:
 #
-#     S = QKᵀ, W = softmax(S/√d_k), D = Dropout(W), O = DV
-#     dD = dO Vᵀ, dV = Dᵀ dO, dW = Dropout(dD), dS = softmax'(W, dW), dQ = dS K, dK = dSᵀ Q
+# $$S = QK^\top,\quad W = \mathrm{softmax}(S/\sqrt{d_k}),\quad D = \mathrm{Dropout}(W),\quad O = DV$$
+# $$dD = dO\,V^\top,\quad dV = D^\top dO,\quad dW = \mathrm{Dropout}(dD),\quad dS = \mathrm{softmax}'(W, dW),\quad dQ = dS\,K,\quad dK = dS^\top Q$$
 #
 # It must agree with finite differences, and with the op-by-op version
 # written out below with Tensor ops: the head split as a reshape and a

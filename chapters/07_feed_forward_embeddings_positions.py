@@ -17,19 +17,26 @@
 # > each position separately and identically. This consists of two linear
 # > transformations with a ReLU activation in between. (§3.3)
 #
-#     FFN(x) = max(0, xW₁ + b₁)W₂ + b₂        (§3.3, Eq. (2)), d_model = 512, d_ff = 2048
+# $$\mathrm{FFN}(x) = \max(0, xW_1 + b_1)W_2 + b_2 \tag{2}$$
+#
+# with $d_{\text{model}} = 512$ and $d_{ff} = 2048$ (§3.3).
 #
 # > In our model, we share the same weight matrix between the two embedding
 # > layers and the pre-softmax linear transformation ... In the embedding
 # > layers, we multiply those weights by √d_model. (§3.4)
 #
-#     PE(pos, 2i) = sin(pos/10000^(2i/d_model)),  PE(pos, 2i+1) = cos(pos/10000^(2i/d_model))
+# $$PE_{(pos, 2i)} = \sin\left(pos/10000^{2i/d_{\text{model}}}\right), \qquad PE_{(pos, 2i+1)} = \cos\left(pos/10000^{2i/d_{\text{model}}}\right)$$
 #
 # > We chose this function because we hypothesized it would allow the model to
 # > easily learn to attend by relative positions, since for any fixed offset k,
 # > PE_pos+k can be represented as a linear function of PE_pos. (§3.5)
 #
 # Shapes: B batch, T positions, D = d_model, F = d_ff, V vocab, L = max_len.
+#
+# The library code this chapter builds:
+# [`transformer/feed_forward.py`](../transformer/feed_forward.py),
+# [`transformer/embedding.py`](../transformer/embedding.py),
+# [`transformer/positional.py`](../transformer/positional.py).
 
 # %%
 import matplotlib.pyplot as plt

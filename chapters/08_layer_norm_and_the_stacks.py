@@ -29,6 +29,10 @@
 # `transformer/layers.py` (imported as `library`), which the rest of the book uses.
 #
 # Shapes: B batch, S source length, T target length, D = d_model, H heads.
+#
+# The library code this chapter builds:
+# [`transformer/layers.py`](../transformer/layers.py),
+# [`minitensor/kernels/layernorm_forward/numba_cpu.py`](../minitensor/kernels/layernorm_forward/numba_cpu.py).
 
 # %%
 import matplotlib.pyplot as plt
@@ -55,7 +59,7 @@ rng = np.random.default_rng(0)
 # constant the paper does not give; we use 1e-6), then scale and shift by two
 # learned vectors, γ (starts at 1) and β (starts at 0):
 #
-#     y = γ ⊙ (x − μ)/√(σ² + ε) + β        per row of D features
+# $$y = \gamma \odot \frac{x - \mu}{\sqrt{\sigma^2 + \varepsilon}} + \beta \qquad \text{per row of } D \text{ features}$$
 #
 # Unlike batch normalisation it never mixes positions or sentences, so it works
 # the same for one sentence or many, in training and at test time.
@@ -89,14 +93,13 @@ mt.assert_close(x_hat.var(axis=-1), np.ones((B, T)), name="each normalised row h
 # dβ = Σ dy, summed over every position (γ and β are shared by all of them).
 # The interesting part is dx: every x_i moves x̂_j three ways. For one row of D:
 #
-#     ∂μ/∂x_i  = 1/D
-#     ∂σ²/∂x_i = (2/D)(x_i − μ)               (the terms through μ sum to zero)
-#     ∂r/∂x_i  = −½ r³ ∂σ²/∂x_i = −r² x̂_i / D
-#     ∂x̂_j/∂x_i = r (δ_ij − 1/D) + (x_j − μ) ∂r/∂x_i = r (δ_ij − 1/D − x̂_j x̂_i / D)
+# $$\frac{\partial \mu}{\partial x_i} = \frac{1}{D}, \qquad \frac{\partial \sigma^2}{\partial x_i} = \frac{2}{D}(x_i - \mu) \quad \text{(the terms through } \mu \text{ sum to zero)}$$
+# $$\frac{\partial r}{\partial x_i} = -\frac{1}{2} r^3 \frac{\partial \sigma^2}{\partial x_i} = -\frac{r^2 \hat{x}_i}{D}$$
+# $$\frac{\partial \hat{x}_j}{\partial x_i} = r\left(\delta_{ij} - \frac{1}{D}\right) + (x_j - \mu)\frac{\partial r}{\partial x_i} = r\left(\delta_{ij} - \frac{1}{D} - \frac{\hat{x}_j \hat{x}_i}{D}\right)$$
 #
 # and summing g_j ∂x̂_j/∂x_i over j:
 #
-#     dx = r · (g − mean(g) − x̂ ⊙ mean(g ⊙ x̂))
+# $$dx = r \cdot \left(g - \mathrm{mean}(g) - \hat{x} \odot \mathrm{mean}(g \odot \hat{x})\right)$$
 #
 # directly through x̂, minus the share that went through the mean, minus the
 # share that went through the variance. (Chapter 03's exercise 3 asks for this

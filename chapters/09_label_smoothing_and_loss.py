@@ -20,10 +20,13 @@
 # rewarded for pushing p(gold) all the way to 1. The paper does not say how ε
 # is spread; our convention (minitensor/kernels/README.md) is:
 #
-#     q(gold) = 1 − ε,  q(pad) = 0,  q(j) = ε / (V − 2) for the other V − 2 tokens,
-#     loss per token = −Σ_j q_j log p_j,  averaged over the non-padding tokens.
+# $$q(\text{gold}) = 1 - \varepsilon, \quad q(\text{pad}) = 0, \quad q(j) = \frac{\varepsilon}{V - 2} \text{ for the other } V - 2 \text{ tokens},$$
+# $$\text{loss per token} = -\sum_j q_j \log p_j, \quad \text{averaged over the non-padding tokens.}$$
 #
 # Shapes: B batch, T target length, V vocab, N = B·T rows.
+#
+# The library code this chapter builds:
+# [`transformer/loss.py`](../transformer/loss.py).
 
 # %%
 import matplotlib.pyplot as plt
@@ -92,7 +95,7 @@ mt.assert_close(float(lib.nll_sum), -gold_logp[targets != PAD].sum(), name="true
 #
 # Since Σ_j q_j = 1, with lse = log Σ_j exp z_j and log p_j = z_j − lse:
 #
-#     −Σ_j q_j log p_j = lse − (1 − ε) z_gold − ε/(V − 2) · (Σ_j z_j − z_gold − z_pad)
+# $$-\sum_j q_j \log p_j = \mathrm{lse} - (1 - \varepsilon)\, z_{\text{gold}} - \frac{\varepsilon}{V - 2}\left(\sum_j z_j - z_{\text{gold}} - z_{\text{pad}}\right)$$
 #
 # One pass over the row (a max, a sum of exps, a plain sum) and no q: that is
 # what `closed_form_smoothed_loss` and the fused cross-entropy kernel compute

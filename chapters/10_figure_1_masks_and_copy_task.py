@@ -26,6 +26,10 @@
 # reason teacher-forced accuracy alone proves nothing.
 #
 # Shapes: B batch, S source length, T target length, D = d_model, H heads, V vocab.
+#
+# The library code this chapter builds:
+# [`transformer/model.py`](../transformer/model.py),
+# [`transformer/masks.py`](../transformer/masks.py).
 
 # %%
 import numpy as np

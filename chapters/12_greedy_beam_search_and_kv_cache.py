@@ -29,6 +29,9 @@
 # first the **key/value cache** that makes each decoding step cost one position
 # instead of the whole prefix, then a task where beam search measurably beats
 # greedy decoding, and one where it cannot. Shapes: B sentences, k beam, V vocab.
+#
+# The library code this chapter builds:
+# [`transformer/search.py`](../transformer/search.py).
 
 # %%
 import itertools

@@ -28,6 +28,10 @@
 # trains on it), here only for its German sentences; `train.evaluate.scores`, the
 # scoring the training pipeline reports; and `transformer.checkpoint`, which
 # saves and loads weights as safetensors files (chapter 16 opens the format).
+#
+# The library code this chapter builds:
+# [`train/evaluate/scores.py`](../train/evaluate/scores.py),
+# [`transformer/checkpoint.py`](../transformer/checkpoint.py).
 
 # %%
 import weakref

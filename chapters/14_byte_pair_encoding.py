@@ -27,6 +27,9 @@
 # one vocabulary: §3.4 ties the embeddings on it), encode with it, and compare
 # with sentencepiece, the library the training pipeline uses
 # (`train.data.tokenizer.Tokenizer`), trained on the same text with the same size.
+#
+# The library code this chapter builds:
+# [`train/data/tokenizer.py`](../train/data/tokenizer.py).
 
 # %%
 from collections import Counter

@@ -28,6 +28,10 @@
 # steps with checkpoints, validation and logging (chapter 16 reads that code).
 #
 # Shapes: B pairs in a batch, S source length, T target length, V vocab.
+#
+# The library code this chapter builds:
+# [`train/data/batching.py`](../train/data/batching.py),
+# [`train/run/loop.py`](../train/run/loop.py).
 
 # %%
 import time

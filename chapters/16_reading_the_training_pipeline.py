@@ -29,6 +29,10 @@
 #   stopped, dropout masks included.
 #
 # Shapes: B pairs, S source length, T target length, V vocab.
+#
+# The library code this chapter builds:
+# [`train/run/step.py`](../train/run/step.py),
+# [`train/run/checkpointing.py`](../train/run/checkpointing.py).
 
 # %%
 import dataclasses

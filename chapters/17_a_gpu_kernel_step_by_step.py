@@ -36,6 +36,10 @@
 # global-memory loads each output costs, with a counter in the kernel itself.
 #
 # Shapes: A (M, K), B (K, N), C (M, N), all row-major; T the tile size.
+#
+# The library code this chapter builds:
+# [`minitensor/kernels/matmul_forward/reference.py`](../minitensor/kernels/matmul_forward/reference.py),
+# [`minitensor/kernels/matmul_forward/cuda.cu`](../minitensor/kernels/matmul_forward/cuda.cu).
 
 # %%
 import math

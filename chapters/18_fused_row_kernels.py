@@ -13,7 +13,7 @@
 # > We compute the dot products of the query with all keys, divide each by √d_k,
 # > and apply a softmax function to obtain the weights on the values. (§3.2.1)
 #
-#     Attention(Q, K, V) = softmax(QKᵀ / √d_k) V        (§3.2.1, Eq. (1))
+# $$\mathrm{Attention}(Q, K, V) = \mathrm{softmax}\left(\frac{QK^\top}{\sqrt{d_k}}\right)V \tag{1}$$
 #
 # > That is, the output of each sub-layer is LayerNorm(x + Sublayer(x)), where
 # > Sublayer(x) is the function implemented by the sub-layer itself. (§3.1)
@@ -35,6 +35,10 @@
 # (`minitensor/kernels/{softmax,layernorm}_forward/`) are the yardsticks.
 #
 # Shapes: R rows, d the row length (Tk for softmax, d_model for LayerNorm), N = R·d.
+#
+# The library code this chapter builds:
+# [`minitensor/kernels/softmax_forward/numba_cuda.py`](../minitensor/kernels/softmax_forward/numba_cuda.py),
+# [`minitensor/kernels/layernorm_forward/numba_cuda.py`](../minitensor/kernels/layernorm_forward/numba_cuda.py).
 
 # %%
 import math
@@ -88,14 +92,14 @@ mt.assert_close(softmax_forward_ref(scores + 50, 1.0, None), softmax_forward_ref
 # numba.cuda kernel does exactly these three passes. The online trick folds the
 # first two into one. Keep a running max m and a running sum d **relative to it**:
 #
-#     m_j = max(m_{j−1}, z_j),      d_j = d_{j−1} · e^{m_{j−1} − m_j} + e^{z_j − m_j}
+# $$m_j = \max(m_{j-1}, z_j), \qquad d_j = d_{j-1} \cdot e^{m_{j-1} - m_j} + e^{z_j - m_j}$$
 #
 # By induction d_j = Σ_{i≤j} e^{z_i − m_j}: if d_{j−1} = Σ_{i<j} e^{z_i − m_{j−1}},
 # multiplying by e^{m_{j−1} − m_j} moves every term to the new max, and the new
 # entry adds its own. More useful still, the same formula merges **any two**
 # partial states (m₁, d₁), (m₂, d₂) of disjoint pieces of the row:
 #
-#     m = max(m₁, m₂),      d = d₁ e^{m₁ − m} + d₂ e^{m₂ − m}
+# $$m = \max(m_1, m_2), \qquad d = d_1 e^{m_1 - m} + d_2 e^{m_2 - m}$$
 #
 # and one element z is the state (z, 1), so the running update *is* a merge. A
 # merge is associative, so the threads of a block can each run over their own
@@ -196,7 +200,7 @@ assert (reads == 2 * d_row).all(), f"online softmax reads each entry twice: {rea
 # **Welford's** update gets the same accuracy in one streaming pass, keeping the
 # count n, the mean and M₂ = Σ (x − mean)²:
 #
-#     n ← n + 1,   δ = x − mean,   mean ← mean + δ / n,   M₂ ← M₂ + δ · (x − mean_new),   σ² = M₂ / n
+# $$n \leftarrow n + 1, \quad \delta = x - \mathit{mean}, \quad \mathit{mean} \leftarrow \mathit{mean} + \delta / n, \quad M_2 \leftarrow M_2 + \delta \cdot (x - \mathit{mean}_{\text{new}}), \quad \sigma^2 = M_2 / n$$
 #
 # Like the online softmax, two Welford states can be merged (exercise 2), so a
 # block can reduce it as a tree.

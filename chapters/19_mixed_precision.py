@@ -27,6 +27,10 @@
 # NumPy has float16; bf16 is stored as uint16 bits, as the library does.
 #
 # Shapes: B pairs, S source length, T target length, V vocab.
+#
+# The library code this chapter builds:
+# [`train/run/loss_scaler.py`](../train/run/loss_scaler.py),
+# [`minitensor/dtypes.py`](../minitensor/dtypes.py).
 
 # %%
 import matplotlib.pyplot as plt
@@ -49,9 +53,7 @@ FORMATS = {"fp32": (8, 23), "fp16": (5, 10), "bf16": (8, 7)}     # (exponent bit
 # An IEEE-754 binary float is a sign bit s, e exponent bits E and m mantissa
 # (fraction) bits M, with bias b = 2^(e−1) − 1:
 #
-#     E = 0              subnormal   (−1)^s · (M / 2^m) · 2^(1 − b)        (no implicit 1; includes ±0)
-#     0 < E < 2^e − 1    normal      (−1)^s · (1 + M / 2^m) · 2^(E − b)
-#     E = 2^e − 1        ±inf when M = 0, NaN otherwise
+# $$\begin{array}{lll} E = 0 & \text{subnormal} & (-1)^s \cdot (M / 2^m) \cdot 2^{1 - b} \quad \text{(no implicit 1; includes } \pm 0\text{)} \\ 0 < E < 2^e - 1 & \text{normal} & (-1)^s \cdot (1 + M / 2^m) \cdot 2^{E - b} \\ E = 2^e - 1 & & \pm\infty \text{ when } M = 0, \text{ NaN otherwise} \end{array}$$
 #
 #     fp32   s | 8 exponent bits | 23 mantissa bits
 #     fp16   s | 5 exponent bits | 10 mantissa bits     (IEEE half)

@@ -29,6 +29,10 @@
 # exactly the weights a single process writes, and projects the 8-GPU step.
 #
 # Shapes: n workers (ranks), B pairs, S source length, T target length.
+#
+# The library code this chapter builds:
+# [`train/distributed/communicators.py`](../train/distributed/communicators.py),
+# [`train/distributed/grad_sync.py`](../train/distributed/grad_sync.py).
 
 # %%
 import shlex
@@ -152,7 +156,7 @@ for n, (held, sent, total, nbytes, steps) in results.items():
 # rank with few tokens more weight. The right gradient weights rank r's mean
 # by its share of the tokens, n_r / N:
 #
-#     ∇ (1/N) Σ_tokens ℓ  =  Σ_r (n_r / N) · ∇ mean_r ℓ,      N = Σ_r n_r
+# $$\nabla \frac{1}{N} \sum_{\text{tokens}} \ell = \sum_r \frac{n_r}{N} \cdot \nabla\, \mathrm{mean}_r\, \ell, \qquad N = \sum_r n_r$$
 #
 # A numeric example in float64, with the library's model and loss: rank 0 has
 # short sentences, rank 1 long ones, and the reference is the one big batch.
@@ -351,7 +355,7 @@ if MPIEXEC is not None:
 # `python -m train scale`). Data parallelism adds one all-reduce of the fp32
 # gradient per update to the single-GPU step; with the ring of section 1 it takes
 #
-#     t_ar(n) = buckets · α(n) + 2(n − 1)/n · gradient bytes / bus bandwidth
+# $$t_{\text{ar}}(n) = \mathit{buckets} \cdot \alpha(n) + \frac{2(n - 1)}{n} \cdot \frac{\text{gradient bytes}}{\text{bus bandwidth}}$$
 #
 # with α(n) the latency of one call (its ring has 2(n − 1) hops). The gradient is
 # all-reduced in buckets of ~25 MB, each started while backward is still

@@ -33,6 +33,10 @@
 # and `train.evaluate.scores.split_compounds`, the compound splitting of the
 # paper-comparable BLEU (chapter 13 met `corpus_scores` and `paper_tokenize`).
 # `train.data.files.shared_data_dir` finds `../shared/data` (newstest2014), when it is there.
+#
+# The library code this chapter builds:
+# [`train/data/store.py`](../train/data/store.py),
+# [`train/experiments/scale.py`](../train/experiments/scale.py).
 
 # %%
 import contextlib

@@ -36,6 +36,10 @@
 # in `../shared/data`; without it the chapter uses two trees typed below and
 # skips what needs the files. Without `--fast` it also trains a small parser
 # with `train.run.loop.fit` and decodes with `train.evaluate.translate.translate_lines`.
+#
+# The library code this chapter builds:
+# [`train/parsing/trees.py`](../train/parsing/trees.py),
+# [`train/parsing/evalb.py`](../train/parsing/evalb.py).
 
 # %%
 import json

@@ -37,6 +37,9 @@
 # `expand`, the scaling rule, `count_parameters`), `train.experiments.ablate` (`run_grid`,
 # what the command runs) and `train.experiments.ablate_report` (the table and CSV), with
 # `train.config` for the run configs (chapter 21).
+#
+# The library code this chapter builds:
+# [`train/experiments/ablate.py`](../train/experiments/ablate.py).
 
 # %%
 import contextlib

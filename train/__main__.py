@@ -25,8 +25,9 @@
     python -m train parse-eval --ckpt CKPT --gold GOLD             parse, EVALB, right-branching baseline
 
 Problems with your input (files, configs, checkpoints) print one line,
-`error: <file>:<line>: what is wrong`, and exit with status 2; `--debug`
-shows the full traceback instead. A run that diverges (non-finite loss or
+`error: <file>:<line>: what is wrong`, and exit with status 2, as does a
+write the disk refuses (full, over quota, read-only: the file and the free
+space); `--debug` shows the full traceback instead. A run that diverges (non-finite loss or
 gradient) exits with status 3; SIGINT/SIGTERM stop `fit` after the current
 update with a checkpoint and status 0 (run the same command to resume).
 """
@@ -36,7 +37,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from train.errors import InputError
+from train.errors import InputError, disk_error
 from transformer.checkpoint import CheckpointError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -244,8 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_debug(doctor)
 
     bench = commands.add_parser("bench", help="time one training step, and the PyTorch peer in the same run")
-    bench.add_argument("--preset", choices=["cpu", "base"], default=None,
-                       help="cpu: d_model 256, 3+3 layers, 64×32 tokens; base: Table 3 base, 250×100 tokens "
+    bench.add_argument("--preset", choices=["cpu", "multi30k_cpu", "base"], default=None,
+                       help="cpu: d_model 256, 3+3 layers, 64×32 tokens; multi30k_cpu: configs/multi30k_cpu.toml's "
+                            "model, 128×16 tokens; base: Table 3 base, 250×100 tokens "
                             "(default: base with --backend cuda, cpu otherwise)")
     bench.add_argument("--backend", default="cpu", choices=BACKENDS, metavar="BACKEND",
                        help="cpu (Numba), numpy (reference) or cuda (default cpu)")
@@ -356,10 +358,12 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except (FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError) as err:  # a path in the way
-        if args.debug:
+    except OSError as err:
+        disk = disk_error(err)  # a full, read-only or forbidden disk: the file and the free space
+        path_in_the_way = isinstance(err, (FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError))
+        if args.debug or not (disk or path_in_the_way):
             raise
-        print(f"error: {err.filename}: {err.strerror} (--debug shows where)", file=sys.stderr)
+        print(f"error: {disk or f'{err.filename}: {err.strerror}'} (--debug shows where)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         if args.debug:

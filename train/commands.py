@@ -84,7 +84,7 @@ def prepare(args) -> int:
     from train.data.store import prepare_data
 
     run_config = config_lib.load(args.config, list(args.set))
-    data = prepare_data(run_config, args.data_dir, workers=args.workers, progress=not args.no_progress)
+    data = prepare_data(run_config, args.data_dir, workers=args.workers, progress=not args.no_progress, rebuild=True)
     limit = min(run_config.task.max_len, run_config.model.max_len - 1)
     for split in ("valid", "test"):  # the dev and test files must be readable too, before anyone trains
         if data.paths.get(split):

@@ -182,7 +182,9 @@ RESUMABLE_KEYS = frozenset({
     "train.average_last", "train.backend", "train.threads", "model.impl", "train.keep_last_full",
     "train.patience", "train.bucket_mb", "train.check_replicas", "train.collective_timeout_s",
     "train.lr_factor", "model.p_drop", "model.attention_dropout", "train.log_norms",
-}) | {f"decode.{f.name}" for f in dataclasses.fields(DecodeConfig)}
+}) | {f"decode.{f.name}" for f in dataclasses.fields(DecodeConfig)} | {
+    # where the corpus is (relative paths become absolute): a resumed run checks its content by sha256
+    f"task.{split}_{side}" for split in ("train", "valid", "test") for side in ("src", "tgt")} | {"task.treebank"}
 
 
 # ------------------------------------------------------------------ checks

@@ -106,6 +106,9 @@ def save_checkpoint(path: str | Path, tensors: dict[str, np.ndarray], metadata: 
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as err:  # a full disk's write() names no file: name this one
+        err.filename = err.filename or str(path)
+        raise
     finally:
         if tmp.exists():
             tmp.unlink()

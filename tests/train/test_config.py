@@ -106,7 +106,7 @@ def test_model_section_is_the_transformer_config_and_derives_head_size():
             config_lib.apply_overrides(RunConfig(), [key])
 
 
-@pytest.mark.parametrize("name", ["demo", "multi30k", "wmt14_en_de_base", "wmt14_en_de_big", "wmt14_en_fr_big"])
+@pytest.mark.parametrize("name", ["demo", "multi30k", "multi30k_cpu", "wmt14_en_de_base", "wmt14_en_de_big", "wmt14_en_fr_big"])
 def test_shipped_configs_load(name):
     c = config_lib.load(ROOT / "configs" / f"{name}.toml")
     assert c.name == name

@@ -25,6 +25,7 @@ import os
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -77,10 +78,10 @@ def _exit_with_parent(parent: int) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def _chunks(src_path: Path, tgt_path: Path, chunk_pairs: int, counts: dict, bar: tqdm):
+def _chunks(src_path: Path, tgt_path: Path, chunk_pairs: int, counts: dict, bar: tqdm, digests):
     """Lists of non-empty (source, target) texts, `chunk_pairs` at a time; counts lines and empty pairs."""
     src, tgt = [], []
-    for counts["lines"], s, t in iter_parallel(src_path, tgt_path):
+    for counts["lines"], s, t in iter_parallel(src_path, tgt_path, digests):
         bar.update()
         if not s or not t:
             counts["empty"] += 1
@@ -113,6 +114,9 @@ def _encoded_chunks(chunks, tokenizer, dtype, workers: int):
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
+    except BrokenProcessPool:  # a worker was killed (the OOM killer, say): its chunk is lost
+        raise InputError(f"an encoding worker process died (killed, perhaps for lack of memory); nothing was "
+                         f"stored; run again, with fewer workers (--workers N) if memory is short") from None
     finally:
         pool.shutdown(wait=True, cancel_futures=True)  # on an error or Ctrl-C: drop what has not started
 
@@ -178,12 +182,13 @@ class TokenizedCorpus:
     @classmethod
     def build(cls, src_path: str | Path, tgt_path: str | Path, tokenizer, folder: str | Path,
               workers: int = 1, chunk_pairs: int = 20_000, total_lines: int | None = None,
-              progress: bool = False) -> "TokenizedCorpus":
+              progress: bool = False, digests=(None, None)) -> "TokenizedCorpus":
         """Tokenize the pair of files into `folder` (created; existing arrays there are replaced).
 
         `tokenizer` needs `encode_batch(list[str]) -> list[list[int]]` and `vocab_size`
         (and `model_path` for workers > 1). The arrays are identical for any `workers`.
-        `total_lines` (if known) gives the progress bar its end.
+        `total_lines` (if known) gives the progress bar its end. `digests`: hashlib objects that
+        receive the bytes of the source and target file as they are read (files.iter_lines).
         """
         src_path, tgt_path, folder = Path(src_path), Path(tgt_path), Path(folder)
         for path in (src_path, tgt_path):
@@ -200,7 +205,7 @@ class TokenizedCorpus:
         counts = {"lines": 0, "empty": 0}
         bar = progress_bar(progress, total=total_lines, unit=" pairs", desc="encoding")
         try:
-            chunks = _chunks(src_path, tgt_path, chunk_pairs, counts, bar)
+            chunks = _chunks(src_path, tgt_path, chunk_pairs, counts, bar, digests)
             for src_ids, src_len, tgt_ids, tgt_len in _encoded_chunks(chunks, tokenizer, dtype, workers):
                 for side, ids, lengths in (("src", src_ids, src_len), ("tgt", tgt_ids, tgt_len)):
                     writers[f"{side}_ids"].append(ids)

@@ -15,6 +15,8 @@ name appears only once it is complete); `write_new` writes a new file whole, nev
 
 import contextlib
 import gzip
+import hashlib
+import io
 import os
 import resource
 import sys
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
 
-from train.errors import InputError
+from train.errors import InputError, disk_error, naming
 
 
 def no_file(path: Path) -> InputError:
@@ -33,23 +35,43 @@ def no_file(path: Path) -> InputError:
     return InputError(f"{path}: {'a folder, not a file' if path.is_dir() else 'file not found'}")
 
 
-def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+class _Hashing(io.RawIOBase):
+    """A file read through this adds every byte to `digest` (the bytes on disk: compressed ones for `.gz`)."""
+
+    def __init__(self, f, digest):
+        self.f, self.digest = f, digest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        n = self.f.readinto(buffer)
+        self.digest.update(memoryview(buffer)[:n])
+        return n
+
+
+def iter_lines(path: str | Path, digest=None) -> Iterator[tuple[int, str]]:
     """Yield (line_number, stripped_text), line numbers from 1; `.gz` is decompressed.
 
-    Bytes are decoded line by line, so a bad byte is reported with its line.
+    Bytes are decoded line by line, so a bad byte is reported with its line. With `digest` (a hashlib
+    object), every byte of the file read goes into it too, so what was read can be checked against
+    a hash taken before (train/data/store.py: the text encoded is the text the key names).
     """
     path = Path(path)
     if not path.is_file():
         raise no_file(path)
-    opener = gzip.open if path.name.endswith(".gz") else open
     try:
-        with opener(path, "rb") as f:
-            for number, raw in enumerate(f, start=1):
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    raise InputError(f"{path}:{number}: not valid UTF-8") from None
-                yield number, text.strip()
+        with open(path, "rb") as raw:
+            f = raw if digest is None else io.BufferedReader(_Hashing(raw, digest), 1 << 20)
+            with gzip.GzipFile(fileobj=f) if path.name.endswith(".gz") else contextlib.nullcontext(f) as lines:
+                for number, data in enumerate(lines, start=1):
+                    try:
+                        text = data.decode("utf-8")
+                    except UnicodeDecodeError:
+                        raise InputError(f"{path}:{number}: not valid UTF-8") from None
+                    yield number, text.strip()
+            while digest is not None and f.read(1 << 20):  # bytes past the last gzip member: hashed too
+                pass
     except (gzip.BadGzipFile, EOFError) as err:
         raise InputError(f"{path}: not a readable gzip file ({err})") from None
 
@@ -71,10 +93,11 @@ def count_lines(path: str | Path, block: int = 1 << 24) -> int:
     return n + (last != b"\n")
 
 
-def iter_parallel(src_path: str | Path, tgt_path: str | Path) -> Iterator[tuple[int, str, str]]:
-    """Yield (line_number, source, target) for two files that must have equal line counts."""
+def iter_parallel(src_path: str | Path, tgt_path: str | Path, digests=(None, None)) -> Iterator[tuple[int, str, str]]:
+    """Yield (line_number, source, target) for two files that must have equal line counts
+    (`digests`: each file's bytes go into its hashlib object, as in iter_lines)."""
     n_src = n_tgt = 0
-    for src, tgt in zip_longest(iter_lines(src_path), iter_lines(tgt_path)):
+    for src, tgt in zip_longest(iter_lines(src_path, digests[0]), iter_lines(tgt_path, digests[1])):
         n_src += src is not None
         n_tgt += tgt is not None
         if src is not None and tgt is not None:
@@ -169,6 +192,19 @@ def peak_rss_bytes() -> int:
     return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
 
 
+def sha256_of(path: Path, size: int | None = None, block: int = 1 << 24) -> str:
+    """sha256 of a file's bytes (of its first `size` bytes when given), read in blocks."""
+    digest, left = hashlib.sha256(), size
+    with open(path, "rb") as f:
+        while left is None or left > 0:
+            data = f.read(block if left is None else min(block, left))
+            if not data:
+                break
+            digest.update(data)
+            left = None if left is None else left - len(data)
+    return digest.hexdigest()
+
+
 def write_atomic(path: str | Path, data: bytes) -> None:
     """Write `data` to `path` so that a reader (or a rerun after a kill) sees the old file or the whole new one.
 
@@ -177,8 +213,9 @@ def write_atomic(path: str | Path, data: bytes) -> None:
     path = Path(path)
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        with naming(path):
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -188,13 +225,14 @@ def write_new(path: str | Path, data: bytes) -> None:
     however late it appeared (the check and the write are one step: a complete private temporary is hard-linked
     to `path`, which fails where `path` exists; where the file system has no hard links, an exclusive create)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        _link_new(tmp, path)
-    finally:
-        os.unlink(tmp)
+    with naming(path):
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            _link_new(tmp, path)
+        finally:
+            os.unlink(tmp)
 
 
 def _link_new(tmp: str | Path, path: Path) -> None:
@@ -227,32 +265,35 @@ def output_writer(path: Path | None, force: bool):
     if target.exists() and not force:
         raise InputError(f"{path}: exists; pass --force to overwrite it or choose another output file")
     partial = target.with_name(f"{target.name}.tmp-{os.getpid()}")  # a run cleans up a dead one's (settle)
-    try:
-        out = open(partial, "x", encoding="utf-8")
-    except OSError as err:
-        raise InputError(f"{path}: cannot write ({err.strerror or err})") from None
-    keep = False  # the lines, where a file took the name meanwhile or Ctrl-C stopped them
-    try:
-        with out:
-            def write(text: str) -> None:
-                out.write(text)
-                out.flush()
-            try:
-                yield write
-            except KeyboardInterrupt:  # stdin translated until Ctrl-C, say: the lines so far, under their name
-                keep = out.tell() > 0
-                if keep:
-                    warnings.warn(f"{path}: not written (interrupted); the lines done are in {partial}")
+    with naming(target):  # a full disk's write() names no file
+        try:
+            out = open(partial, "x", encoding="utf-8")
+        except OSError as err:
+            if disk_error(err):
                 raise
-        if force:
-            os.replace(partial, target)
-        else:
-            try:
-                _link_new(partial, target)  # fails where a file appeared meanwhile: never over one
-            except FileExistsError:
-                keep = True
-                raise InputError(f"{path}: appeared while writing it; nothing was overwritten, the output is in "
-                                 f"{partial}") from None
-    finally:
-        if not keep and partial.exists():
-            os.unlink(partial)
+            raise InputError(f"{path}: cannot write ({err.strerror or err})") from None
+        keep = False  # the lines, where a file took the name meanwhile or Ctrl-C stopped them
+        try:
+            with out:
+                def write(text: str) -> None:
+                    out.write(text)
+                    out.flush()
+                try:
+                    yield write
+                except KeyboardInterrupt:  # stdin translated until Ctrl-C, say: the lines so far, under their name
+                    keep = out.tell() > 0
+                    if keep:
+                        warnings.warn(f"{path}: not written (interrupted); the lines done are in {partial}")
+                    raise
+            if force:
+                os.replace(partial, target)
+            else:
+                try:
+                    _link_new(partial, target)  # fails where a file appeared meanwhile: never over one
+                except FileExistsError:
+                    keep = True
+                    raise InputError(f"{path}: appeared while writing it; nothing was overwritten, the output is in "
+                                     f"{partial}") from None
+        finally:
+            if not keep and partial.exists():
+                os.unlink(partial)

@@ -12,6 +12,7 @@ So each side costs len(ids) + 1 positions, and that is what batching counts.
 Shapes: B pairs in a batch, S source length, T target length.
 """
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from train.config import RunConfig
 from train.data.batching import make_batches, pad_batch
 from train.data.corpus import TokenizedCorpus
 from train.data.files import read_parallel
-from train.data.store import PreparedData, prepare_data
+from train.data.store import SPLIT_FILES, PreparedData, prepare_data
 from train.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from train.errors import InputError
 
@@ -55,10 +56,25 @@ def default_data_dir(run_dir: Path) -> Path:
     return Path(run_dir).resolve().parent / "prepared"
 
 
+TASK_FILES = (*SPLIT_FILES, "treebank")  # the task's keys that name files
+
+
+def absolute_task_paths(config: RunConfig) -> RunConfig:
+    """`config` with its relative file paths (task.train_src, ..., task.treebank) made absolute against the working
+    directory: the run's config.json then names its files from wherever the run is resumed."""
+    task = config.task
+    absolute = {key: str(Path(value).expanduser().absolute()) for key in TASK_FILES
+                if (value := getattr(task, key)) and not value.startswith("shared:") and not Path(value).is_absolute()}
+    return dataclasses.replace(config, task=dataclasses.replace(task, **absolute)) if absolute else config
+
+
 def read_split(paths: tuple[Path, Path], tokenizer: Tokenizer, limit: int, log=print) -> Split:
     """All pairs of a dev/test split; ids longer than the model's positions are cut to `limit`
     (the text, which BLEU scores, is kept whole), and the cut is reported."""
-    pairs, _ = read_parallel(*paths)
+    pairs, stats = read_parallel(*paths)
+    if not pairs:  # nothing to validate or test on: said before anyone trains
+        raise InputError(f"{paths[0]}: none of its {stats.n_lines} lines pairs with text on both sides (with "
+                         f"{paths[1]}); a dev or test set needs at least one sentence pair")
     src_text, tgt_text = [p[0] for p in pairs], [p[1] for p in pairs]
     src_ids, tgt_ids = tokenizer.encode_batch(src_text), tokenizer.encode_batch(tgt_text)
     cut = sum(len(s) > limit or len(t) > limit for s, t in zip(src_ids, tgt_ids))

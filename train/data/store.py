@@ -9,24 +9,27 @@ Layout of `data_dir` (by default `prepared/` beside the run directories, e.g. ru
     <key>/              one prepared corpus:
         tokenizer.model, tokenizer.vocab    the shared BPE vocabulary (§5.1)
         {src,tgt}_{ids,offsets}.npy, meta.json     the token ids (train/data/corpus.py)
-        manifest.json   what it was made from (paths, sizes, sha256), the settings, sizes, timings
+        manifest.json   what it was made from (paths, sizes, sha256), the settings, sizes, timings, and
+                        "contents": every other file's size and sha256 (and each array's length)
 
 `key` is a sha256 of the format, the sha256 of both training files' bytes and the
 tokenizer settings. The same corpus with the same settings maps to the same folder on
 any machine (copy the folder to share it); one changed byte maps to another. Every
 input file is read and hashed each time (about 1.3 s per GB with hardware SHA): a file's
 size and modification time never stand for its content, so an edit that keeps both is
-seen, and a touched file finds the same key and nothing is re-encoded. A folder is built
-as `<name>.tmp-<host>-<pid>` and renamed into place when complete, so a reader never sees
-half of one, two processes preparing the same data cannot mix their files, and a build
-killed half-way is deleted by the next one (once its process is gone).
+seen, and a touched file finds the same key and nothing is re-encoded. The tokenizer sample
+and the encoding hash the bytes they read as well, and a build whose text is not the hashed
+text (a file edited meanwhile) stores nothing: what a folder holds is what its key names.
+
+Folders are built privately and renamed into place whole, and checked, not trusted, each
+time they are used: every file's size and sha256 (and each array's length) must be the ones
+their manifest recorded (train/data/prepared_folder.py). A damaged or partial folder (an
+interrupted copy, overwritten ids) is rebuilt by `prepare` and refused by `fit`, which says
+to run `prepare`.
 """
 
-import contextlib
 import hashlib
 import json
-import os
-import re
 import shutil
 import socket
 import time
@@ -40,9 +43,10 @@ from train.config import RunConfig, TaskConfig
 from train.data import builtin_task
 from train.data.corpus import TokenizedCorpus, default_workers
 from train.data.files import count_lines, multi30k_paths, shared_data_dir, write_atomic
+from train.data.prepared_folder import MANIFEST, building, contents, damage, publish, remove_stale_builds, tmp_folder
 from train.data.progress import progress_bar
 from train.data.tokenizer import Tokenizer
-from train.errors import InputError
+from train.errors import InputError, naming
 from train.parsing import treebank
 
 PREPARED_FORMAT = 1  # bump when the layout changes: every key changes with it
@@ -118,12 +122,13 @@ def _generated_task(name: str, texts: dict[str, bytes], data_dir: Path) -> Path:
     folder = data_dir / f"{name}-{digest.hexdigest()[:16]}"
     if folder.is_dir():
         return folder
-    tmp = _tmp_folder(data_dir, name)
+    tmp = tmp_folder(data_dir, name)
     try:
-        for file_name, data in texts.items():
-            (tmp / file_name).write_bytes(data)
-        if not folder.is_dir():
-            _publish(tmp, folder)
+        with naming(folder):
+            for file_name, data in texts.items():
+                (tmp / file_name).write_bytes(data)
+            if not folder.is_dir():
+                publish(tmp, folder)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return folder
@@ -144,7 +149,8 @@ def _hash_and_count(path: Path, bar: tqdm, block: int = 1 << 24) -> dict:
 
 
 def fingerprint(paths: dict[str, Path], progress: bool = False) -> dict[str, dict]:
-    """{name: {"path", "size", "sha256", "lines"}} for each file, every byte read and hashed.
+    """{name: {"path", "size", "sha256", "lines"}} for each file, every byte read and hashed; "path" is
+    absolute, so a record of it names the file from any working directory.
 
     The hash decides whether a corpus is the one a run or a prepared folder was made from, so it is
     never taken from a file's size and modification time (an edit that keeps both is caught).
@@ -156,7 +162,7 @@ def fingerprint(paths: dict[str, Path], progress: bool = False) -> dict[str, dic
         except OSError:
             raise InputError(f"{path}: file not found") from None
         with progress_bar(progress, total=size, unit="B", unit_scale=True, desc=f"hashing {path.name}") as bar:
-            out[name] = {"path": str(path), "size": size, **_hash_and_count(path, bar)}
+            out[name] = {"path": str(path.absolute()), "size": size, **_hash_and_count(path, bar)}
     return out
 
 
@@ -174,65 +180,13 @@ def prepared_key(files: dict[str, dict], config: RunConfig, tokenizer: "Tokenize
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
 
 
-# ------------------------------------------------------------------ building folders safely
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's
-        return True
-    return True
-
-
-# The only names _tmp_folder makes: a prepared corpus's key or a generated task's name, then host and pid.
-_BUILD_NAME = re.compile(r"(?:[0-9a-f]{16}|builtin|ptb)\.tmp-(?P<host>.+)-(?P<pid>\d+)")
-
-
-def remove_stale_builds(data_dir: Path) -> None:
-    """Delete the build folders killed processes left (`<key>.tmp-<host>-<pid>`, `builtin.tmp-...`, `ptb.tmp-...`)
-    of this host, once their process is gone. data_dir may be a folder of the user's: anything else in it,
-    a file or a folder whose name merely looks like a temporary, is the user's and stays."""
-    for tmp in Path(data_dir).glob("*.tmp-*"):
-        build = _BUILD_NAME.fullmatch(tmp.name)
-        if (build and build["host"] == socket.gethostname() and tmp.is_dir() and not tmp.is_symlink()
-                and not pid_alive(int(build["pid"]))):
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _tmp_folder(data_dir: Path, name: str) -> Path:
-    """A new, private data_dir/<name>.tmp-<host>-<pid> folder to build in (a name remove_stale_builds knows)."""
-    tmp = data_dir / f"{name}.tmp-{socket.gethostname()}-{os.getpid()}"
-    assert _BUILD_NAME.fullmatch(tmp.name), f"{tmp.name}: not a build folder's name"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    return tmp
-
-
-def _publish(tmp: Path, folder: Path) -> None:
-    """Rename a complete build into place (atomic); if another process got there first, keep theirs."""
-    try:
-        os.rename(tmp, folder)
-    except OSError:
-        if not folder.is_dir():
-            raise
-
-
-@contextlib.contextmanager
-def _building(folder: Path):
-    """Yield a private temporary folder; on success it becomes `folder`."""
-    tmp = _tmp_folder(folder.parent, folder.name)
-    try:
-        yield tmp
-        _publish(tmp, folder)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 # ------------------------------------------------------------------ the whole step
 def prepare_data(config: RunConfig, data_dir: str | Path, workers: int = 0, log=print, progress: bool = False,
-                 check_files: Callable[[dict], None] | None = None, tokenizer: Tokenizer | None = None) -> PreparedData:
+                 check_files: Callable[[dict], None] | None = None, tokenizer: Tokenizer | None = None,
+                 rebuild: bool = False) -> PreparedData:
     """The prepared tokenizer and ids for `config`'s training corpus: reused when `data_dir` has them, else made.
+    A damaged folder (see `damage`) is rebuilt with `rebuild` (`prepare`), else an InputError saying to run
+    `prepare` (`fit`: a run never trains on ids it cannot vouch for).
 
     `workers` encoding processes (0: one per core for a large corpus, none for a small one).
     `check_files(files)` runs once every input file is hashed, before anything is prepared (a run
@@ -256,12 +210,18 @@ def prepare_data(config: RunConfig, data_dir: str | Path, workers: int = 0, log=
     key = prepared_key(files, config, given)
     folder = data_dir / key[:16]
     src, tgt = paths["train"]
-    if (folder / "manifest.json").is_file():
-        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    problem = damage(folder) if folder.exists() else "absent"
+    if problem is None:
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
         tokenizer, corpus = Tokenizer(folder / "tokenizer.model"), TokenizedCorpus(folder)
         log(f"reusing prepared data {folder} (made from {src.name} + {tgt.name}: {len(corpus):,} pairs, "
-            f"tokenizer {tokenizer.vocab_size} pieces; nothing to encode)")
+            f"tokenizer {tokenizer.vocab_size} pieces, every file checked; nothing to encode)")
         return PreparedData(folder, key, tokenizer, corpus, paths, files, manifest, True, 0)
+    if problem != "absent" and not rebuild:
+        raise InputError(f"{folder}: the prepared data is damaged ({problem}); nothing was trained; run `python -m "
+                         f"train prepare` with the same config and --data-dir {data_dir} to rebuild it")
+    if problem != "absent":
+        log(f"rebuilding prepared data {folder}: {problem}")
     _check_line_counts(files)
     workers = workers or default_workers(files["train_src"]["size"] + files["train_tgt"]["size"])
     tok = config.tokenizer
@@ -271,19 +231,23 @@ def prepare_data(config: RunConfig, data_dir: str | Path, workers: int = 0, log=
             f"of the {lines:,} lines of {src.name} + {tgt.name}")
     log(f"preparing data in {folder}: {made}, then the ids of {files['train_src']['lines']:,} pairs with "
         f"{workers} process{'es' if workers > 1 else ''}")
-    with _building(folder) as tmp:
+    with building(folder) as tmp:
         start = time.perf_counter()
         if given is None:
+            read = _reading(src, tgt)
             tokenizer = Tokenizer.train([src, tgt], tmp / "tokenizer", vocab_size=tok.vocab_size,
                                         model_type=tok.model_type, sample_size=tok.sample_size,
-                                        seed=TOKENIZER_SAMPLE_SEED, progress=progress)
+                                        seed=TOKENIZER_SAMPLE_SEED, progress=progress, digests=read)
+            _check_read(files, read)
         else:
             write_atomic(tmp / "tokenizer.model", given.model_path.read_bytes())
             tokenizer = Tokenizer(tmp / "tokenizer.model")
             tokenizer.write_vocab(tmp / "tokenizer.vocab")
         tokenizer_s = time.perf_counter() - start
-        corpus = TokenizedCorpus.build(src, tgt, tokenizer, tmp, workers=workers,
-                                       total_lines=files["train_src"]["lines"], progress=progress)
+        read = _reading(src, tgt)
+        corpus = TokenizedCorpus.build(src, tgt, tokenizer, tmp, workers=workers, total_lines=files["train_src"]["lines"],
+                                       progress=progress, digests=(read[src], read[tgt]))
+        _check_read(files, read)
         encode_s = time.perf_counter() - start - tokenizer_s
         manifest = {
             "format": PREPARED_FORMAT, "key": key, "made_from": {k: files[k] for k in ("train_src", "train_tgt")},
@@ -293,13 +257,28 @@ def prepare_data(config: RunConfig, data_dir: str | Path, workers: int = 0, log=
                               "sample_size": tok.sample_size, "sample_seed": TOKENIZER_SAMPLE_SEED})},
             "ids_dtype": corpus.meta["dtype"], "stats": corpus.meta["stats"], "workers": workers,
             "seconds": {"hash": hash_s, "tokenizer": tokenizer_s, "encode": encode_s},
-            "created": time.strftime("%Y-%m-%d %H:%M:%S"), "host": socket.gethostname(),
+            "created": time.strftime("%Y-%m-%d %H:%M:%S"), "host": socket.gethostname(), "contents": contents(tmp),
         }
-        write_atomic(tmp / "manifest.json", json.dumps(manifest, indent=1).encode("utf-8"))
+        write_atomic(tmp / MANIFEST, json.dumps(manifest, indent=1).encode("utf-8"))
     log(f"prepared data {folder}: tokenizer {tokenizer_s:.0f} s, encoding {encode_s:.0f} s "
         f"({corpus.meta['dtype']} ids)")
     tokenizer, corpus = Tokenizer(folder / "tokenizer.model"), TokenizedCorpus(folder)
     return PreparedData(folder, key, tokenizer, corpus, paths, files, manifest, False, workers)
+
+
+def _reading(src: Path, tgt: Path) -> dict:
+    """{path: sha256 object} for one more read of the two training files (their bytes go in as they are read)."""
+    return {src: hashlib.sha256(), tgt: hashlib.sha256()}
+
+
+def _check_read(files: dict[str, dict], read: dict) -> None:
+    """The bytes a pass read are the bytes the key was made from, else nothing is stored."""
+    for name in ("train_src", "train_tgt"):
+        path = Path(files[name]["path"])
+        digest = next(d for p, d in read.items() if Path(p).absolute() == path)
+        if digest.hexdigest() != files[name]["sha256"]:
+            raise InputError(f"{path}: changed while it was being prepared; nothing was stored; run again once "
+                             f"it is no longer being written")
 
 
 def _check_line_counts(files: dict[str, dict]) -> None:

@@ -41,16 +41,17 @@ PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 _MERGES_IN_LOG = re.compile(rb"merges=(\d+)")  # sentencepiece's BPE log line, every 100 merges
 
 
-def _lines(item: str | Path) -> Iterator[str]:
-    """Path objects are files (`.gz` allowed), plain strings are one sentence."""
+def _lines(item: str | Path, digests: dict) -> Iterator[str]:
+    """Path objects are files (`.gz` allowed; their bytes go into digests[path] when given), plain strings are
+    one sentence."""
     if isinstance(item, Path):
-        for _, line in iter_lines(item):
+        for _, line in iter_lines(item, digests.get(item)):
             yield line
     else:
         yield item
 
 
-def _sample(items: list[str | Path], sample_size: int, seed: int) -> tuple[Iterator[str], int]:
+def _sample(items: list[str | Path], sample_size: int, seed: int, digests: dict) -> tuple[Iterator[str], int]:
     """(the non-empty sentences to train on, how many lines they were drawn from): every line when
     there are at most `sample_size`, else `sample_size` lines chosen by a generator seeded with `seed`."""
     total = sum(count_lines(item) if isinstance(item, Path) else 1 for item in items)
@@ -62,7 +63,7 @@ def _sample(items: list[str | Path], sample_size: int, seed: int) -> tuple[Itera
     def sentences() -> Iterator[str]:
         index = 0
         for item in items:
-            for line in _lines(item):
+            for line in _lines(item, digests):
                 if line and (keep is None or keep[index]):
                     yield line
                 index += 1
@@ -144,7 +145,8 @@ class Tokenizer:
     @classmethod
     def train(cls, texts_or_paths: Iterable[str | Path], model_prefix: str | Path,
               vocab_size: int, model_type: str = "bpe", sample_size: int = 2_000_000,
-              character_coverage: float = 1.0, seed: int = 0, progress: bool = False) -> "Tokenizer":
+              character_coverage: float = 1.0, seed: int = 0, progress: bool = False,
+              digests: dict | None = None) -> "Tokenizer":
         """Train one model on source and target text together.
 
         `texts_or_paths`: sentences (str) and/or files (pathlib.Path, one
@@ -155,6 +157,7 @@ class Tokenizer:
         `vocab_size` the vocabulary is smaller; a warning says so and
         `clamped_from` keeps the requested size. `progress` shows bars (reading the
         sample, then the merges or pruning) on stderr: drawn on a terminal, as lines in a log.
+        `digests`: {path: hashlib object} receiving each file's bytes as the sample is read (files.iter_lines).
         """
         if model_type not in ("bpe", "unigram", "word"):
             raise InputError(f"tokenizer model_type must be 'bpe', 'unigram' or 'word', got {model_type!r}")
@@ -162,7 +165,7 @@ class Tokenizer:
             raise InputError(f"vocab_size must be at least 8 (4 special ids), got {vocab_size}")
         prefix = Path(model_prefix)
         prefix.parent.mkdir(parents=True, exist_ok=True)
-        sentences, total = _sample(list(texts_or_paths), sample_size, seed)
+        sentences, total = _sample(list(texts_or_paths), sample_size, seed, digests or {})
         spm.set_random_generator_seed(seed)  # nothing should draw from it; seeded all the same
         model = io.BytesIO()  # not model_prefix: the file would record its own path, and the
         try:                  # same text and settings would give a different model_hash

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from train.errors import InputError
+from train.errors import InputError, naming
 
 
 def _ct2():
@@ -129,8 +129,9 @@ def export(model, tokenizer, out: Path) -> Path:
     if tmp.exists():
         raise InputError(f"{tmp}: exists; nothing is overwritten: move it away")
     try:
-        _Ours().convert(str(tmp))
-        os.rename(tmp, out)
+        with naming(out):  # a full disk's write() names no file
+            _Ours().convert(str(tmp))
+            os.rename(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # ours: it did not exist a moment ago
         raise

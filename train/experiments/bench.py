@@ -5,6 +5,8 @@ Shapes: B sentences, S source length, T target length, V vocab.
 Presets:
   base  Table 3 "base" on the GPU: 37k shared vocab, 250 × 100 tokens per side (§5.1's ~25k target tokens)
   cpu   d_model 256, 3+3 layers, 4 heads, d_ff 1024, 8k vocab, 64 × 32 tokens per side
+  multi30k_cpu  configs/multi30k_cpu.toml's model: d_model 128, 2+2 layers, 4 heads, d_ff 512, 4k vocab,
+        128 × 16 tokens per side (its 2,048-token batches of Multi30k's ~15-token sentences)
 
 One step (step_setup.py) = forward, label-smoothed loss (§5.4), backward, Adam (§5.3) with the
 Noam rate (§5.3, Eq. (3)); fp16 mixed precision adds the loss scaler, bf16 needs none.
@@ -43,6 +45,8 @@ PRESETS = {  # the fused ops (impl = "fused"), as the CLI configs train
     "base": dict(model=dict(impl="fused"), batch=250, src_len=100, tgt_len=100),
     "cpu": dict(model=dict(vocab_size=8000, N=3, d_model=256, h=4, d_ff=1024, impl="fused"), batch=64,
                 src_len=32, tgt_len=32),
+    "multi30k_cpu": dict(model=dict(vocab_size=4000, N=2, d_model=128, h=4, d_ff=512, impl="fused"), batch=128,
+                         src_len=16, tgt_len=16),
 }
 PEER_SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "torch_peer.py"
 

@@ -315,8 +315,11 @@ def average_last(run_dir: Path, last: int | None = None, out: Path | None = None
         run[0].refuse_if_foreign(run[1])
     if out.exists() and not force:
         raise InputError(f"{out}: exists; pass --force to overwrite or choose another --out")
-    _refuse_changed(paths[-last:])  # hashes every checkpoint: after the quick checks of --out
-    tensors, metadata = average_checkpoints(paths[-last:])
+    try:
+        _refuse_changed(paths[-last:])  # hashes every checkpoint: after the quick checks of --out
+        tensors, metadata = average_checkpoints(paths[-last:])
+    except FileNotFoundError as err:  # pruned meanwhile by a `fit` still training in the run
+        raise _pruned(run_dir, next((p for p in paths[-last:] if not p.exists()), err.filename)) from None
     weights = {k: v for k, v in tensors.items() if not k.startswith(OPTIMIZER_PREFIX)}
     metadata = {k: v for k, v in metadata.items() if k not in ("progress", "rng_state", "loss_scaler", "update")}
     metadata["averaged_from"] = [p.name for p in paths[-last:]]
@@ -325,9 +328,17 @@ def average_last(run_dir: Path, last: int | None = None, out: Path | None = None
     return out, metadata["averaged_from"]
 
 
+def _pruned(run_dir: Path, name) -> InputError:
+    return InputError(f"{name}: deleted while it was being averaged (a `fit` training in {run_dir} keeps only its "
+                      f"newest train.keep_last checkpoints); nothing was written; run average again")
+
+
 def _refuse_changed(checkpoints: list[Path]) -> None:
     """InputError unless the run's manifest lists each of these checkpoints with the bytes it has now (a file
     that changed since this tool wrote it is the user's: never averaged into a model of ours)."""
+    gone = [p for p in checkpoints if not p.exists()]
+    if gone:
+        raise _pruned(checkpoints[0].parent, gone[0])
     manifest = Manifest.find(checkpoints[0].parent)
     changed = [p.name for p in checkpoints if manifest is None or not manifest.owns(p.name)]
     if changed:

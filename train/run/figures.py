@@ -5,7 +5,6 @@ norm_plots.py's norms), so none of them can replace a file of the user's. matplo
 the Agg backend (files only, no display needed).
 """
 
-import contextlib
 import os
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
 
+from train.errors import naming  # noqa: E402
 from train.run.run_names import output_in_run  # noqa: E402
 
 
@@ -22,10 +22,13 @@ def save_figure(fig, path: str | Path) -> Path:
     of the run's files (listed in its manifest; a file of the user's is never replaced)."""
     path = Path(path)
     run = output_in_run(path, "plot")
-    with run[0].writing(run[1]) if run is not None else contextlib.nullcontext(path):
+    with run[0].writing(run[1]) if run is not None else naming(path):  # a full disk's write() names no file
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-        fig.savefig(tmp, dpi=100, format="png")
-        os.replace(tmp, path)
-    plt.close(fig)
+        try:
+            fig.savefig(tmp, dpi=100, format="png")
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+            plt.close(fig)
     return path

@@ -47,7 +47,7 @@ import minitensor as mt
 from minitensor.optim import Adam, NoamSchedule
 from train.config import RunConfig
 from train.data.batching import epoch_batches, shard
-from train.data.inputs import Prepared, corpus_batch, default_data_dir, prepare
+from train.data.inputs import Prepared, absolute_task_paths, corpus_batch, default_data_dir, prepare
 from train.distributed.communicators import Silent, SingleProcess, agree, agree_on_signal, rank_zero_first
 from train.distributed.grad_sync import GradSync
 from train.errors import InputError
@@ -133,7 +133,7 @@ def fit(run_config: RunConfig, run_dir: str | Path, force: bool = False, reset_o
     that has a checkpoint resumes from it instead.
     """
     comm = SingleProcess() if comm is None else comm
-    run_dir = Path(run_dir)
+    run_dir, run_config = Path(run_dir), absolute_task_paths(run_config)  # config.json: the corpus from anywhere
     backend = _backend_name(run_config)
     main = comm.rank == 0                      # rank 0 alone owns the run directory
     if tensorboard and main:

@@ -26,32 +26,18 @@ atomic (temporary file, then rename), so whatever is there now is ours and compl
 
 import contextlib
 import datetime
-import hashlib
 import json
 import os
 import socket
 import uuid
 from pathlib import Path
 
-from train.data.files import write_atomic
-from train.data.store import pid_alive
-from train.errors import InputError
+from train.data.files import sha256_of, write_atomic
+from train.data.prepared_folder import pid_alive
+from train.errors import InputError, naming
 
 MANIFEST_FILE = "manifest.jsonl"
 FORMAT = 1
-
-
-def sha256_of(path: Path, size: int | None = None, block: int = 1 << 24) -> str:
-    """sha256 of a file's bytes (of its first `size` bytes when given), read in blocks."""
-    digest, left = hashlib.sha256(), size
-    with open(path, "rb") as f:
-        while left is None or left > 0:
-            data = f.read(block if left is None else min(block, left))
-            if not data:
-                break
-            digest.update(data)
-            left = None if left is None else left - len(data)
-    return digest.hexdigest()
 
 
 def _line(entry: dict) -> bytes:
@@ -145,15 +131,17 @@ class Manifest:
                              f"{MANIFEST_FILE}); nothing was overwritten; move it out of {self.run_dir}")
 
     # ---------------------------------------------------------------- changing it
-    def _append(self, entry: dict) -> None:
-        with open(self.path, "ab") as f:
+    def _write_line(self, entry: dict) -> None:
+        with naming(self.path), open(self.path, "ab") as f:  # naming: a full disk's write() names no file
             f.write(_line(entry))  # one write: appends of other processes do not interleave with it
+
+    def _append(self, entry: dict) -> None:
+        self._write_line(entry)
         self.entries[entry["file"]] = entry
 
     def set_identity(self, identity: dict) -> None:
         """Record what the run is (see the module docstring); the last such line stands."""
-        with open(self.path, "ab") as f:
-            f.write(_line({"identity": identity}))
+        self._write_line({"identity": identity})
         self.identity = identity
 
     def claim(self, name: str, append: bool = False) -> Path:
@@ -174,8 +162,9 @@ class Manifest:
     def writing(self, name: str):
         """`with manifest.writing("best.safetensors") as path:` write path (atomically); then it is recorded."""
         path = self.claim(name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        yield path
+        with naming(path):  # a full disk's write() names no file
+            path.parent.mkdir(parents=True, exist_ok=True)
+            yield path
         self.record(name)
 
     def write_bytes(self, name: str, data: bytes) -> Path:

@@ -22,6 +22,8 @@ import json
 import time
 from pathlib import Path
 
+from train.errors import naming
+
 # Peak dense TFLOP/s per precision, from the vendors' datasheets (no sparsity).
 # "fp32" is the plain CUDA-core rate; "tf32"/"fp16"/"bf16" the tensor-core rates.
 PEAK_TFLOPS = {
@@ -46,14 +48,16 @@ class MetricsWriter:
 
     def __init__(self, path: str | Path, mirror=None, manifest=None):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.file = open(self.path, "a", encoding="utf-8")
+        with naming(self.path):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.file = open(self.path, "a", encoding="utf-8")
         self.mirror, self.manifest = mirror, manifest
 
     def write(self, kind: str, step: int, **values) -> dict:
         record = {"kind": kind, "step": int(step), "time": round(time.time(), 3), **values}
-        self.file.write(json.dumps(record, sort_keys=True) + "\n")
-        self.file.flush()
+        with naming(self.path):
+            self.file.write(json.dumps(record, sort_keys=True) + "\n")
+            self.file.flush()
         if self.mirror is not None:
             self.mirror.write(record)
         return record

@@ -44,7 +44,7 @@ from pathlib import Path
 
 from train import config as config_lib
 from train.config import RunConfig
-from train.errors import InputError
+from train.errors import InputError, disk_error
 from train.run.checkpointing import WEIGHTS, run_checkpoints
 from train.run.manifest import MANIFEST_FILE, Manifest, sha256_of
 from train.run.run_data import refuse_a_config_with_train_accum
@@ -94,7 +94,9 @@ def check_run_dir(run_dir: Path) -> list[str] | None:
             return _adoptable(run_dir, names)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as err:  # a file in the way, a read-only or full file system
+    except OSError as err:  # a file in the way; a read-only or full file system: train/errors.py disk_error
+        if disk_error(err):
+            raise
         raise InputError(f"{run_dir}: cannot create the run directory ({err.strerror or err})") from None
     if not os.access(run_dir, os.W_OK | os.X_OK):  # root passes this check: the writes below then decide
         raise InputError(f"{run_dir}: run directory is not writable; choose another --run-dir")
@@ -298,6 +300,8 @@ def commit_start(plan: StartPlan, run_config: RunConfig, identity: dict, say=pri
         try:
             manifest.write_bytes(CONFIG_FILE, (config_lib.to_json(run_config) + "\n").encode("utf-8"))
         except OSError as err:
+            if disk_error(err):
+                raise
             raise InputError(f"{manifest.run_dir}: cannot write to the run directory ({err.strerror or err})") from None
     if manifest.identity != identity:
         manifest.set_identity(identity)

@@ -14,7 +14,7 @@ were redone, as the plots do (train.run.metrics.read_metrics).
 
 from pathlib import Path
 
-from train.errors import InputError
+from train.errors import InputError, naming
 from train.run.manifest import Manifest
 from train.run.run_names import output_in_run
 from train.run.metrics import METRICS_FILE, read_metrics
@@ -60,7 +60,8 @@ class TensorBoardLog:
     def __init__(self, logdir: str | Path, purge_step: int | None = None, suffix: str = "", manifest=None):
         logdir = _event_folder(logdir)
         before = set(logdir.glob("events.out.tfevents.*"))
-        self.writer = summary_writer_class()(logdir=str(logdir), purge_step=purge_step, filename_suffix=suffix)
+        with naming(logdir):
+            self.writer = summary_writer_class()(logdir=str(logdir), purge_step=purge_step, filename_suffix=suffix)
         self.manifest, self.files = manifest, sorted(set(logdir.glob("events.out.tfevents.*")) - before)
         self._record()
 
@@ -71,12 +72,14 @@ class TensorBoardLog:
     def write(self, record: dict) -> int:
         """Add the record's scalars; returns how many."""
         scalars = scalars_of(record)
-        for tag, value in scalars.items():
-            self.writer.add_scalar(tag, value, int(record["step"]), walltime=record.get("time"))
+        with naming(self.writer.logdir):
+            for tag, value in scalars.items():
+                self.writer.add_scalar(tag, value, int(record["step"]), walltime=record.get("time"))
         return len(scalars)
 
     def close(self) -> None:
-        self.writer.close()
+        with naming(self.writer.logdir):
+            self.writer.close()
         self._record()
 
 
