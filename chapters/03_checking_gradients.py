@@ -29,7 +29,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import minitensor as mt
-from _common import FAST, fails, finish, show
+from _common import FAST, calls_to, fails, finish, show
 from minitensor import Function
 
 rng = np.random.default_rng(0)
@@ -217,16 +217,21 @@ def check_central_difference(central_difference) -> None:
 
 
 def check_layernorm_backward(layernorm_backward) -> None:
-    """Exercise 3: dx must match minitensor's LayerNorm backward for random dy."""
-    check_rng = np.random.default_rng(5)
-    x = check_rng.standard_normal((4, 7))
-    g = check_rng.standard_normal(7)
-    dy = check_rng.standard_normal((4, 7))
+    """Exercise 3: dx must match minitensor's LayerNorm backward for random dy, shapes drawn afresh each call;
+    derived by hand: no autograd and no library backward inside the answer."""
+    check_rng = np.random.default_rng()
+    rows, D = check_rng.integers(2, 6), check_rng.integers(3, 9)
+    x = check_rng.standard_normal((rows, D))
+    g = check_rng.standard_normal(D)
+    dy = check_rng.standard_normal((rows, D))
+    with calls_to(mt.Tensor.backward, mt.functions.LayerNorm.backward) as calls:
+        got = np.asarray(layernorm_backward(dy, x, g, 1e-5))
+    assert not calls, f"derive dx by hand: the answer called {dict(calls)}"
     xt = mt.tensor(x, requires_grad=True, dtype="float64")
-    y = mt.functions.LayerNorm.apply(xt, mt.tensor(g, dtype="float64"), mt.tensor(np.zeros(7), dtype="float64"),
+    y = mt.functions.LayerNorm.apply(xt, mt.tensor(g, dtype="float64"), mt.tensor(np.zeros(D), dtype="float64"),
                                      eps=1e-5)
     (y * dy).sum().backward()
-    mt.assert_close(np.asarray(layernorm_backward(dy, x, g, 1e-5)), xt.grad, name="layernorm dx")
+    mt.assert_close(got, xt.grad, name="layernorm dx")
 
 
 # %% CHECK the checks: a wrong answer must fail them
@@ -244,7 +249,16 @@ def _layernorm_backward_no_mean_terms(dy, x, g, eps):      # treats mean and var
 
 
 assert fails(check_central_difference, _forward_difference), "a forward difference is not accurate enough"
+def _layernorm_backward_by_autograd(dy, x, g, eps):        # the right numbers, by the method the exercise replaces
+    xt = mt.tensor(x, requires_grad=True, dtype="float64")
+    y = mt.functions.LayerNorm.apply(xt, mt.tensor(g, dtype="float64"), mt.tensor(np.zeros_like(g), dtype="float64"),
+                                     eps=eps)
+    (y * dy).sum().backward()
+    return xt.grad
+
+
 assert fails(check_layernorm_backward, _layernorm_backward_no_mean_terms), "layernorm check too weak"
+assert fails(check_layernorm_backward, _layernorm_backward_by_autograd), "check_layernorm_backward accepted autograd"
 
 # %%
 finish("03_checking_gradients", {check_central_difference: "central_difference", check_layernorm_backward: "layernorm_backward"})

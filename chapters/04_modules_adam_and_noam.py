@@ -37,7 +37,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import minitensor as mt
-from _common import FAST, fails, finish, hold_training_path, one_cpu_thread, own_answer, show
+from _common import FAST, calls_to, fails, finish, hold_training_path, one_cpu_thread, own_answer, show
 from minitensor import nn, optim
 
 THREADS = one_cpu_thread()
@@ -411,14 +411,17 @@ for backend in ("numpy", "numba") + (("cupy",) if mt.available("cupy") else ()):
 
 # %%
 def check_first_adam_update(first_adam_update) -> None:
-    """Exercise 2: one library Adam step, from gradients of very different scales (float32: rtol 1e-5)."""
+    """Exercise 2: one library Adam step, from gradients of very different scales (float32: rtol 1e-5), drawn
+    afresh each call; worked out from the update rule, not by running Adam."""
     for scale in (1e3, 1.0, 1e-4, 1e-10):
-        g = (np.random.default_rng(7).standard_normal((3, 4)) * scale).astype(np.float32)
+        g = (np.random.default_rng().standard_normal((3, 4)) * scale).astype(np.float32)
+        with calls_to(optim.Adam.step) as calls:
+            got = np.asarray(first_adam_update(g.astype(np.float64), 0.01, 1e-9), dtype=np.float64)
+        assert not calls, "work the first update out from Adam's rule: the answer ran the library's Adam"
         param = nn.Parameter(np.zeros((3, 4), dtype=np.float32))
         param.grad = g
         optim.Adam([param], lr=0.01).step()
         expected = param.numpy().astype(np.float64)
-        got = np.asarray(first_adam_update(g.astype(np.float64), 0.01, 1e-9), dtype=np.float64)
         mt.assert_close(got, expected, name=f"first step for |g| ~ {scale:g}", rtol=1e-4, atol=1e-12)
 
 
@@ -442,6 +445,16 @@ def check_dropout_variance(dropout_variance) -> None:
 
 # %% CHECK the checks: a wrong answer must fail them
 assert fails(check_first_adam_update, lambda g, lr, eps: -lr * g), "accepted an SGD step"
+
+
+def _by_running_adam(g, lr, eps):                                   # the right numbers, by the library's Adam
+    param = nn.Parameter(np.zeros(g.shape))
+    param.grad = g.astype(np.float32)
+    optim.Adam([param], lr=lr, eps=eps).step()
+    return param.numpy()
+
+
+assert fails(check_first_adam_update, _by_running_adam), "check_first_adam_update accepted the library's Adam"
 assert fails(check_warmup_for_peak, lambda d_model, peak: round(1 / (d_model * peak))), "accepted a wrong inverse"
 assert fails(check_dropout_variance, lambda x, p: x * x * p), "accepted the variance without the rescale"
 

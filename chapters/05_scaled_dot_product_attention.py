@@ -36,7 +36,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import minitensor as mt
-from _common import FAST, fails, finish, hold_training_path, numba_cuda, own_answer, show
+from _common import FAST, calls_to, fails, finish, hold_training_path, numba_cuda, own_answer, show
 from transformer.attention import scaled_dot_product_attention
 
 cuda, ON_GPU = numba_cuda()                   # numba.cuda: the GPU or its simulator (section 6), before any import
@@ -261,12 +261,16 @@ hold_training_path("Eq. (1), scaled_dot_product_attention",
 
 # %%
 def check_attention(attention) -> None:
-    """Exercise 2: random shapes and masks, including a fully blocked row."""
-    check_rng = np.random.default_rng(11)
-    qc, kc, vc = (check_rng.standard_normal(s) for s in [(2, 2, 3, 4), (2, 2, 5, 4), (2, 2, 5, 6)])
-    mask = check_rng.random((2, 1, 3, 5)) < 0.3
+    """Exercise 2: random shapes and masks drawn afresh each call, including a fully blocked row; written in
+    NumPy, not by calling the library's attention."""
+    check_rng = np.random.default_rng()
+    Tq, Tk, K = (int(n) for n in check_rng.integers(2, 7, size=3))
+    qc, kc, vc = (check_rng.standard_normal(s) for s in [(2, 2, Tq, K), (2, 2, Tk, K), (2, 2, Tk, K + 2)])
+    mask = check_rng.random((2, 1, Tq, Tk)) < 0.3
     mask[0, 0, 1] = True                                              # one row with nothing to attend to
-    got_out, got_w = attention(qc, kc, vc, mask)
+    with calls_to(scaled_dot_product_attention) as calls:
+        got_out, got_w = attention(qc, kc, vc, mask)
+    assert not calls, "write attention in NumPy: the answer called the library's scaled_dot_product_attention"
     out_ref, w_ref = scaled_dot_product_attention(*(mt.tensor(a, dtype="float64") for a in (qc, kc, vc)),
                                                   mask=mask)
     mt.assert_close(np.asarray(got_w, dtype=np.float64), w_ref, name="attention weights")
@@ -274,14 +278,19 @@ def check_attention(attention) -> None:
 
 
 def check_attention_backward(attention_backward) -> None:
-    """Exercise 3: against autograd through the library's attention."""
-    check_rng = np.random.default_rng(12)
-    arrays = [check_rng.standard_normal(s) for s in [(2, 3, 4), (2, 5, 4), (2, 5, 3)]]
-    dout = check_rng.standard_normal((2, 3, 3))
+    """Exercise 3: against autograd through the library's attention, on inputs drawn afresh each call; the
+    answer is the chain rule written out, so it may not run autograd itself."""
+    check_rng = np.random.default_rng()
+    Tq, Tk, K = (int(n) for n in check_rng.integers(2, 7, size=3))
+    arrays = [check_rng.standard_normal(s) for s in [(2, Tq, K), (2, Tk, K), (2, Tk, 3)]]
+    dout = check_rng.standard_normal((2, Tq, 3))
+    with calls_to(mt.Tensor.backward) as calls:
+        answers = attention_backward(*arrays, dout)
+    assert not calls, "write the backward pass by hand: the answer ran autograd (Tensor.backward)"
     leaves = [mt.tensor(a, requires_grad=True, dtype="float64") for a in arrays]
     out, _ = scaled_dot_product_attention(*leaves)
     (out * dout).sum().backward()
-    for name, got, leaf in zip(("dq", "dk", "dv"), attention_backward(*arrays, dout), leaves):
+    for name, got, leaf in zip(("dq", "dk", "dv"), answers, leaves):
         mt.assert_close(np.asarray(got), leaf.grad, name=name)
 
 
@@ -300,7 +309,20 @@ def _backward_without_softmax(q, k, v, dout):                       # treats the
 
 with np.errstate(all="ignore"):
     assert fails(check_attention, _unscaled), "check_attention accepted attention without 1/√d_k"
+def _library_attention(q, k, v, mask):                            # the right numbers, by calling the library
+    out, w = scaled_dot_product_attention(*(mt.tensor(a, dtype="float64") for a in (q, k, v)), mask=mask)
+    return out.numpy(), w.numpy()
+
+
+def _backward_by_autograd(q, k, v, dout):                          # the right numbers, by autograd
+    leaves = [mt.tensor(a, requires_grad=True, dtype="float64") for a in (q, k, v)]
+    (scaled_dot_product_attention(*leaves)[0] * dout).sum().backward()
+    return [leaf.grad for leaf in leaves]
+
+
 assert fails(check_attention_backward, _backward_without_softmax), "check_attention_backward too weak"
+assert fails(check_attention, _library_attention), "check_attention accepted the library's attention"
+assert fails(check_attention_backward, _backward_by_autograd), "check_attention_backward accepted autograd"
 
 # %%
 finish("05_scaled_dot_product_attention", {check_attention: "attention", check_attention_backward: "attention_backward"})

@@ -42,7 +42,7 @@ import math
 import numpy as np
 
 import minitensor as mt
-from _common import fails, finish, hold_training_path, own_answer
+from _common import calls_to, fails, finish, hold_training_path, own_answer
 from transformer.attention import MultiHeadAttention
 
 rng = np.random.default_rng(0)
@@ -223,6 +223,34 @@ assert mt.gradcheck(lambda a, b, c: Attention.apply(a, b, c, heads=H)[0], q64, k
     "the hand-written attention backward disagrees with central differences"
 
 # %% [markdown]
+# The fused model trains time-major: its stacks hold tokens as (T, B, H·K),
+# position by position (chapter 10), and `Attention` reads its heads from that
+# layout in place (`time_major=True`), with its dropout mask drawn as the
+# (B, T) layout would draw it. So we hold that layout too: the same inputs laid
+# out (T, B, H·K), the answer read back to (B, T, H·K) and compared with ours.
+
+# %%
+def time_major(a):
+    return np.ascontiguousarray(np.swapaxes(a, 0, 1))                    # (B, T, ·) -> (T, B, ·) memory
+
+
+def multi_head_ours_time_major(q, k, v):
+    out = multi_head_ours(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), H, padding, p_attn, u_attn)
+    return out.transpose(0, 1)                                            # (B, Tq, H·K) -> (Tq, B, H·K)
+
+
+path_inputs_tm = {name: time_major(a) for name, a in path_inputs.items()}
+r_path_tm = time_major(r_path)
+
+# %% CHECK
+hold_training_path(f"multi-head attention, time-major (T, B, H·K) as the fused model trains (fused Attention, "
+                   f"padding mask, dropout p = {p_attn})",
+                   lambda q, k, v: Attention.apply(q, k, v, heads=H, mask=padding, p=p_attn, seed=seed_attn,
+                                                   time_major=True)[0],
+                   path_inputs_tm, own_answer(multi_head_ours_time_major, path_inputs_tm, r_path_tm), r_path_tm,
+                   backends=("numpy", "numba"))
+
+# %% [markdown]
 # ## Summary
 # - Multi-head attention = h attentions on learned D→D/h projections, concatenated, then W^O.
 # - The library stores the h projections as one (D, H·K) matrix; with impl="fused" all heads run as one
@@ -250,15 +278,19 @@ def check_split_merge(split_heads, merge_heads) -> None:
 
 
 def check_mhsa(multi_head_self_attention) -> None:
-    """Exercise 3: against the per-head loop (zero biases)."""
-    check_rng = np.random.default_rng(13)
-    Dc, hc = 12, 3
-    m = MultiHeadAttention(d_model=Dc, h=hc, d_k=Dc // hc, d_v=Dc // hc, rng=check_rng)
-    xc = check_rng.standard_normal((2, 4, Dc))
+    """Exercise 3: against the per-head loop (zero biases), sizes drawn afresh each call; in NumPy, neither
+    through the library's attention nor through this chapter's loop over heads."""
+    check_rng = np.random.default_rng()
+    hc, Kc = (int(n) for n in check_rng.integers(2, 5, size=2))
+    Dc = hc * Kc
+    m = MultiHeadAttention(d_model=Dc, h=hc, d_k=Kc, d_v=Kc, rng=check_rng)
+    xc = check_rng.standard_normal((2, int(check_rng.integers(2, 7)), Dc))
     ref, _ = multi_head_loop(xc, xc, m)
     w = {name: t.numpy().astype(np.float64) for name, t in m.named_parameters()}
     assert all(np.all(w[f"{n}.bias"] == 0) for n in ("w_q", "w_k", "w_v", "w_o")), "biases start at zero"
-    got = multi_head_self_attention(xc, w["w_q.weight"], w["w_k.weight"], w["w_v.weight"], w["w_o.weight"], hc)
+    with calls_to(MultiHeadAttention.forward, Attention.forward, multi_head_loop, attention) as calls:
+        got = multi_head_self_attention(xc, w["w_q.weight"], w["w_k.weight"], w["w_v.weight"], w["w_o.weight"], hc)
+    assert not calls, f"write it in NumPy, without a loop over heads: the answer called {dict(calls)}"
     mt.assert_close(np.asarray(got), ref, name="multi-head self-attention")
 
 
@@ -279,6 +311,18 @@ def _one_head(x, wq, wk, wv, wo, h):                                # ignores h
 
 assert fails(check_split_merge, _split_wrong, _merge_wrong), "check_split_merge accepted interleaved heads"
 assert fails(check_mhsa, _one_head), "check_mhsa accepted single-head attention"
+
+
+def _through_the_library(x, wq, wk, wv, wo, h):                    # the right numbers, by the library's module
+    module = MultiHeadAttention(d_model=x.shape[-1], h=h, d_k=wq.shape[1] // h, d_v=wv.shape[1] // h)
+    module.w_q.weight, module.w_k.weight, module.w_v.weight, module.w_o.weight = \
+        (mt.nn.Parameter(w, dtype="float64") for w in (wq, wk, wv, wo))
+    for linear in (module.w_q, module.w_k, module.w_v, module.w_o):
+        linear.bias = mt.nn.Parameter(np.zeros(linear.out_features), dtype="float64")
+    return module(mt.tensor(x, dtype="float64"))[0].numpy()
+
+
+assert fails(check_mhsa, _through_the_library), "check_mhsa accepted the library's MultiHeadAttention"
 
 # %%
 finish("06_multi_head_attention", {check_split_merge: "split_heads merge_heads", check_mhsa: "multi_head_self_attention"})

@@ -39,7 +39,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import minitensor as mt
-from _common import FAST, fails, finish, hold_training_path, numba_cuda, one_cpu_thread, own_answer, show
+from _common import FAST, calls_to, fails, finish, hold_training_path, numba_cuda, one_cpu_thread, own_answer, show
 from minitensor import Function, nn
 from transformer import TransformerConfig
 from transformer import layers as library
@@ -445,7 +445,7 @@ for name, p in ours_stack.named_parameters():
 fused_config = config.replace(impl="fused", p_drop=0.3)
 ln_inputs = {"x": x[:, :2] * 2.0, "gamma": gamma, "beta": beta}      # 4 rows: the simulator runs 64 threads a row
 connection_inputs = {"x": rng.standard_normal((B, 3, D)) * 3, "w": rng.standard_normal((D, D)) / 4,
-                     "gamma": gamma, "beta": beta}
+                     "b": rng.standard_normal(D), "gamma": gamma, "beta": beta}
 r_ln, r_connection = rng.standard_normal((B, 2, D)), rng.standard_normal((B, 3, D))
 
 
@@ -455,16 +455,22 @@ def with_norm(connection, gamma_, beta_):
     return connection
 
 
-def connection_ours(x_, w, gamma_, beta_):
+def connection_ours(x_, w, b, gamma_, beta_):
+    """The sub-layer is a Linear, xW + b, as the last one of attention (W^O) and of the FFN (W₂) is."""
     return with_norm(SublayerConnection(fused_config, np.random.default_rng(9)), gamma_, beta_)(
-        x_, lambda y: (y @ w, None))[0]
+        x_, lambda y: (y @ w + b, None))[0]
 
 
-def connection_library(x_, w, gamma_, beta_):
+def connection_library(x_, w, b, gamma_, beta_):
     """Under impl="fused" the library's stacks run time-major (tokens (T, B, D), `transformer/model.py`):
-    the connection takes the batch transposed, and draws its mask as the (B, T, D) layout would."""
-    connection = with_norm(library.SublayerConnection(fused_config, np.random.default_rng(9)), gamma_, beta_)
-    return connection(x_.transpose(0, 1), lambda y: (y @ w, None))[0].transpose(0, 1)
+    the connection takes the batch transposed, and draws its mask as the (B, T, D) layout would. It is
+    handed the sub-layer's last Linear, built to leave its bias out (as the fused stacks build W^O and W₂,
+    `folds_output_bias`), and adds that bias in its one op."""
+    output = nn.Linear(D, D)
+    output.weight, output.bias = w, b
+    output.add_bias = not library.folds_output_bias(fused_config)
+    connection = with_norm(library.SublayerConnection(fused_config, np.random.default_rng(9), output), gamma_, beta_)
+    return connection(x_.transpose(0, 1), lambda y: (output(y), None))[0].transpose(0, 1)
 
 
 cuda_path = "the numba.cuda kernel (" + ("GPU" if ON_GPU else "CUDA simulator") + ")"
@@ -473,7 +479,8 @@ cuda_path = "the numba.cuda kernel (" + ("GPU" if ON_GPU else "CUDA simulator") 
 hold_training_path("LayerNorm", lambda x_, g, b: mt.functions.LayerNorm.apply(x_, g, b, eps=1e-6), ln_inputs,
                    own_answer(lambda x_, g, b: LayerNormFunction.apply(x_, g, b, eps=1e-6), ln_inputs, r_ln), r_ln,
                    kernels={cuda_path: lambda x_, g, b: layernorm_cuda.layernorm_forward(x_, g, b, 1e-6)[0]})
-hold_training_path("the post-norm sub-layer connection (fused DropoutAddLayerNorm, p_drop = 0.3)", connection_library,
+hold_training_path("the post-norm sub-layer connection (fused DropoutAddLayerNorm, p_drop = 0.3, the output bias "
+                   "folded in)", connection_library,
                    connection_inputs, own_answer(connection_ours, connection_inputs, r_connection), r_connection,
                    backends=("numpy", "numba"))            # a GPU draws its own dropout mask (tests/minitensor/kernels hold it)
 
@@ -504,12 +511,18 @@ def _rms_norm_autograd(x, gamma, eps):
 
 
 def check_rms_norm_backward(rms_norm_backward) -> None:
-    """Exercise 2: dx against autograd for random inputs and a random cotangent."""
-    check_rng = np.random.default_rng(21)
-    xs, gs, dys = check_rng.standard_normal((3, 9)) * 2, check_rng.standard_normal(9), check_rng.standard_normal((3, 9))
+    """Exercise 2: dx against autograd for random inputs and a random cotangent, drawn afresh each call; the
+    answer is derived by hand, so it may not run autograd itself."""
+    check_rng = np.random.default_rng()
+    rows, Dc = (int(n) for n in check_rng.integers(2, 10, size=2))
+    xs, gs, dys = check_rng.standard_normal((rows, Dc)) * 2, check_rng.standard_normal(Dc), \
+        check_rng.standard_normal((rows, Dc))
+    with calls_to(mt.Tensor.backward) as calls:
+        got = np.asarray(rms_norm_backward(dys, xs, gs, 1e-5), dtype=np.float64)
+    assert not calls, "derive RMSNorm's dx by hand: the answer ran autograd (Tensor.backward)"
     leaf = mt.tensor(xs, requires_grad=True, dtype="float64")
     (_rms_norm_autograd(leaf, mt.tensor(gs, dtype="float64"), 1e-5) * dys).sum().backward()
-    mt.assert_close(np.asarray(rms_norm_backward(dys, xs, gs, 1e-5), dtype=np.float64), leaf.grad, name="RMSNorm dx")
+    mt.assert_close(got, leaf.grad, name="RMSNorm dx")
 
 
 def _connection(kind):
@@ -551,6 +564,15 @@ def _only_checks_normalised(connection, d_model):                 # misses "no r
 
 
 assert fails(check_rms_norm_backward, _rms_backward_as_layernorm), "check_rms_norm_backward accepted LayerNorm's dx"
+
+
+def _rms_backward_by_autograd(dy, x, gamma, eps):                   # the right numbers, by autograd
+    leaf = mt.tensor(x, requires_grad=True, dtype="float64")
+    (_rms_norm_autograd(leaf, mt.tensor(gamma, dtype="float64"), eps) * dy).sum().backward()
+    return leaf.grad
+
+
+assert fails(check_rms_norm_backward, _rms_backward_by_autograd), "check_rms_norm_backward accepted autograd"
 assert fails(check_is_post_norm, _only_checks_normalised), "check_is_post_norm accepted a test that ignores the residual"
 
 # %%

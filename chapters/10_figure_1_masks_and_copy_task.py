@@ -136,24 +136,78 @@ mt.assert_close(ours(src, tgt_in), library_model(src, tgt_in), name="Figure 1 fr
 # Chapters 04-09 held every piece's fast path to its own version. Assembled,
 # the model every config trains is `impl = "fused"` on the Numba backend; in
 # float64 it must give our `Seq2Seq`'s logits, and the gradient of every
-# weight through a random cotangent.
+# weight through a random cotangent, as it trains: dropout on (residual,
+# attention, and on the embedding sums), each model drawing its masks from
+# its own generator with the same seed, so both drop the same units.
 
 # %%
-trained_model = Transformer(config.replace(impl="fused"), np.random.default_rng(0), backend="numba", precision="fp64")
-ours64 = Seq2Seq(config, np.random.default_rng(1)).to(dtype=np.float64)
+def seed_dropout(model, seed):
+    """Every Dropout of `model` draws from one generator seeded with `seed` (draws come in forward order)."""
+    rng = np.random.default_rng(seed)
+    for _, module in model.named_modules():
+        if isinstance(module, nn.Dropout):
+            module.rng = rng
+    return model
+
+
+config_drop = config.replace(p_drop=0.2, attention_dropout=0.1)
+
+# %% [markdown]
+# §5.4 drops units in two kinds of places: each sub-layer's output, and the
+# sums of the embeddings and the positional encodings. With every other dropout
+# off, the model in training mode must still differ from itself in eval mode,
+# by exactly our `Seq2Seq`'s embedding dropout.
+
+# %%
+embedding_only = Transformer(config_drop.replace(impl="fused", attention_dropout=0.0), np.random.default_rng(0),
+                             backend="numba", precision="fp64")
+for name, module in embedding_only.named_modules():
+    if isinstance(module, nn.Dropout) and module is not embedding_only.dropout:
+        module.p = 0.0                                             # only the dropout on the sums stays on
+seed_dropout(embedding_only, 6)
+ours_embedding_only = Seq2Seq(config_drop.replace(attention_dropout=0.0), np.random.default_rng(1))
+ours_embedding_only.to(dtype=np.float64).load_state_dict(embedding_only.state_dict())
+for name, module in ours_embedding_only.named_modules():
+    if isinstance(module, nn.Dropout) and module is not ours_embedding_only.dropout:
+        module.p = 0.0
+seed_dropout(ours_embedding_only, 6)
+with mt.no_grad():
+    train_mode = embedding_only(src, tgt_in).numpy()
+    ours_train_mode = ours_embedding_only(src, tgt_in).numpy()
+    embedding_only.eval()
+    eval_mode = embedding_only(src, tgt_in).numpy()
+
+# %% CHECK
+assert np.abs(train_mode - eval_mode).max() > 1e-3, \
+    "dropout on the sums of the embeddings and the positional encodings (§5.4): the fused model in training mode " \
+    "gives its eval-mode logits"
+mt.assert_close(train_mode, ours_train_mode,
+                name="dropout on the sums of the embeddings and the positional encodings (§5.4), the fused model: "
+                     "logits vs ours")
+
+# %%
+trained_model = Transformer(config_drop.replace(impl="fused"), np.random.default_rng(0), backend="numba",
+                            precision="fp64")
+ours64 = Seq2Seq(config_drop, np.random.default_rng(1)).to(dtype=np.float64)
 ours64.load_state_dict(trained_model.state_dict())
+seed_dropout(trained_model, 5)
+seed_dropout(ours64, 5)
 r_logits = check_rng.standard_normal((3, 6, V))
 logits_ours, logits_trained = ours64(src, tgt_in), trained_model(src, tgt_in)
 (logits_ours * r_logits).sum().backward()
 (logits_trained * r_logits).sum().backward()
+ours64.eval()
+no_dropout = ours64(src, tgt_in).numpy()
+ours64.train()
 
 # %% CHECK
 trained_grads = dict(trained_model.named_parameters())
+assert np.abs(logits_ours.numpy() - no_dropout).max() > 1e-3, "dropout must be on in this check, or it holds nothing"
 mt.assert_close(logits_trained, logits_ours.numpy(),
-                name="Figure 1, the fused model on the Numba kernels: logits vs ours")
+                name="Figure 1, the fused model on the Numba kernels, dropout on: logits vs ours")
 for name, p in ours64.named_parameters():
     mt.assert_close(trained_grads[name].grad, p.grad,
-                    name=f"Figure 1, the fused model on the Numba kernels: gradient of {name} vs ours")
+                    name=f"Figure 1, the fused model on the Numba kernels, dropout on: gradient of {name} vs ours")
 
 # %% [markdown]
 # ## 3. Testing the masks through the whole model

@@ -46,7 +46,7 @@ from _common import FAST, fails, finish, one_cpu_thread, show
 from minitensor import optim
 from transformer import LabelSmoothingLoss, Transformer, TransformerConfig, beam_search, fast_search, greedy_decode
 from transformer.masks import subsequent_mask
-from transformer.search import length_penalty
+from transformer.search import beam_search_nbest, length_penalty
 
 THREADS = one_cpu_thread()
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
@@ -322,6 +322,32 @@ print(f"{T_long} decoding steps: cached {fast_s * 1e3:.0f} ms ({T_long} position
 assert cached_vs_recomputed(net, probe_src, probe_prefix) < 1e-4, "cached decoding must give the full forward's logits"
 
 # %% [markdown]
+# Every config decodes with `impl = "fused"`: its cache holds keys and values
+# time-major, position by position, as the fused model computes them, and
+# beam search's `reorder` moves them in that layout. Hold it to the model
+# above: in float64, the fused model's cached logits must be the full forward's,
+# and beam search (which reorders the cache at every step) must find the same
+# outputs as on the composed model with the same weights.
+
+# %%
+fused_net = Transformer(demo_config.replace(impl="fused"), np.random.default_rng(0), backend="numba",
+                        precision="fp64").eval()
+composed_net = Transformer(demo_config, np.random.default_rng(0), precision="fp64").eval()
+composed_net.load_state_dict(fused_net.state_dict())
+fused_beams = beam_search_nbest(fused_net, probe_src, beam=4, alpha=0.6, max_len_b=6, nbest=4)
+composed_beams = beam_search_nbest(composed_net, probe_src, beam=4, alpha=0.6, max_len_b=6, nbest=4)
+
+# %% CHECK
+assert cached_vs_recomputed(fused_net, probe_src, probe_prefix) < 1e-9, \
+    "the fused model's KV cache (impl='fused', time-major): cached logits must be the full forward's"
+for row, (fused_row, composed_row) in enumerate(zip(fused_beams, composed_beams)):
+    assert [t for _, t in fused_row] == [t for _, t in composed_row], \
+        f"the fused model's KV cache under beam search (reorder every step): sentence {row}'s 4 best differ " \
+        f"from the composed model's: {fused_row} vs {composed_row}"
+    mt.assert_close(np.array([sc for sc, _ in fused_row]), np.array([sc for sc, _ in composed_row]),
+                    name="the fused model's KV cache under beam search: scores vs the composed model's")
+
+# %% [markdown]
 # ## 6. Where beam search beats greedy, and where it cannot
 #
 # On a task where every source has one right output and the model has learned
@@ -535,6 +561,91 @@ for trial in range(3 if FAST else 10):
     for k in (1, 2, 4):
         assert beam_search(BigramModel(table), np.array([[4, 5]]), beam=k, alpha=0.6, max_len_b=2)[0] == \
             beam_search_scratch(table, 4, k, 0.6, stop=no_live_one_can_win), f"trial {trial} k={k}: library vs scratch"
+
+# %% [markdown]
+# A wrong bound rarely changes the output on short outputs: it must be checked
+# where it bites, on outputs long enough, and α large enough, for lp(L) to
+# differ much from lp(t + 1). There it changes *when* the search stops far
+# more often than what it returns, so we count the steps: the library must
+# decode exactly as many as our search with the bound, and return the same
+# output. And a beam wider than every prefix, with the bound, must find the
+# output that enumerating all of them finds, at up to 6 tokens.
+
+# %%
+class CountingBigram(BigramModel):
+    """BigramModel that counts its decoding steps."""
+
+    def init_cache(self, src_ids, memory, beam):
+        self.steps = 0
+        return self
+
+    def decode_step(self, cache, tokens):
+        self.steps += 1
+        return super().decode_step(cache, tokens)
+
+
+def scratch_with_bound(table, max_len, k, alpha):
+    """(output, steps decoded) of section 3's search with the bound as its stop rule."""
+    stops = []
+
+    def stop(*state):
+        stops.append(no_live_one_can_win(*state))
+        return stops[-1]
+
+    return beam_search_scratch(table, max_len, k, alpha, stop=stop), (len(stops) if stops and stops[-1] else max_len)
+
+
+long_rng, disagreements = np.random.default_rng(11), []
+for trial in range(8 if FAST else 30):
+    table = random_table(V, long_rng, sharpness=1.0)
+    for alpha in (0.6, 1.5):
+        for k in (2, 4):
+            counting = CountingBigram(table)
+            library_out = beam_search(counting, np.array([[4, 5, 6, 4]]), beam=k, alpha=alpha, max_len_b=6)[0]
+            ours_out, ours_steps = scratch_with_bound(table, 10, k, alpha)
+            if (library_out, counting.steps) != (ours_out, ours_steps):
+                disagreements.append((trial, alpha, k, library_out, counting.steps, ours_out, ours_steps))
+wide_rng = np.random.default_rng(12)
+wide_misses = []
+for trial in range(2 if FAST else 6):
+    table = random_table(V, wide_rng, sharpness=1.0)
+    table[:, 4] = -1e9                                              # 3 words (5, 6, 7): 3⁵ prefixes < 300
+    table = table - np.logaddexp.reduce(table, axis=1, keepdims=True)
+    for alpha in (0.6, 2.0):
+        best, _ = exhaustive_best(table, 6, alpha)
+        wide = beam_search(BigramModel(table), np.array([[5, 6, 7, 5]]), beam=300, alpha=alpha, max_len_b=2)[0]
+        if wide != best:
+            wide_misses.append((trial, alpha, wide, best))
+
+# %% CHECK
+assert not disagreements, \
+    "the stopping bound (§6.1, stop when no live hypothesis can still win) on outputs of up to 10 tokens: " \
+    f"the library's (output, steps) differ from ours: {disagreements[:3]}"
+assert not wide_misses, \
+    f"the stopping bound: a beam wider than every prefix must find the exhaustive optimum (6 tokens): {wide_misses[:3]}"
+
+# %% [markdown]
+# PAD and BOS are never outputs (`transformer/search.py`): a model may give
+# them probability (an untrained one does), and the search must not take them.
+# A table that prefers them at every step must still give the best output over
+# the real words.
+
+# %%
+specials_first = random_table(V, np.random.default_rng(13), sharpness=1.0)
+specials_first[:, [PAD, BOS]] = np.log(0.45)                       # the two likeliest tokens at every step
+specials_first[:, 4:] -= 3.0
+specials_first = specials_first - np.logaddexp.reduce(specials_first, axis=1, keepdims=True)
+specials_outputs = {"greedy": greedy_decode(BigramModel(specials_first), np.array([[4, 5]]), max_len_b=2)[0],
+                    "beam 4": beam_search(BigramModel(specials_first), np.array([[4, 5]]), beam=4, alpha=0.6,
+                                          max_len_b=2)[0]}
+no_specials = specials_first.copy()
+no_specials[:, [PAD, BOS]] = -np.inf
+
+# %% CHECK
+for name, out in specials_outputs.items():
+    assert PAD not in out and BOS not in out, f"PAD and BOS are never outputs of the search: {name} gave {out}"
+assert specials_outputs["beam 4"] == beam_search_scratch(no_specials, 4, 4, 0.6, stop=no_live_one_can_win), \
+    "PAD and BOS kept out of the search: beam 4 must find our search's output over the real words"
 
 # %% [markdown]
 # The bound does not make beam search exact: a hypothesis that leaves the beam

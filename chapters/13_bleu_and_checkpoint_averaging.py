@@ -215,6 +215,26 @@ for name in by_hand:
 assert avg_loss < np.mean(losses), f"the average should beat the typical checkpoint: {avg_loss:.4f} vs {losses}"
 
 # %% [markdown]
+# A training checkpoint can also hold integers and booleans (a step counter,
+# a mask). Their mean means nothing (and a mean of step counts, rounded back
+# to an integer, would look plausible): `average_checkpoints` takes them from
+# the last checkpoint, unaveraged, in their own dtype.
+
+# %%
+counted = [ckpt_dir / f"counted_{i}.safetensors" for i in range(3)]
+for i, path in enumerate(counted):
+    save_checkpoint(path, {"w": np.full(3, float(i), np.float32), "step": np.array([10 * (i + 1)], np.int64),
+                           "mask": np.array([i == 0, i == 2])}, {"step": 10 * (i + 1)})
+counted_average, _ = average_checkpoints(counted)
+
+# %% CHECK
+mt.assert_close(counted_average["w"], np.full(3, 1.0, np.float32), name="averaged float tensor beside integers")
+assert counted_average["step"].dtype == np.int64 and counted_average["step"].tolist() == [30], \
+    f"integer tensors are taken from the last checkpoint, never averaged: step {counted_average['step']}"
+assert counted_average["mask"].dtype == bool and counted_average["mask"].tolist() == [False, True], \
+    f"bool tensors are taken from the last checkpoint, never averaged: mask {counted_average['mask']}"
+
+# %% [markdown]
 # ## Summary
 # - BLEU = geometric mean of clipped 1-4-gram precisions × brevity penalty, summed over the corpus first.
 # - Report sacreBLEU with its signature; label the tokenized, compound-split score as "paper-comparable" (≈ +1.5 on WMT En-De).

@@ -44,6 +44,7 @@ from _common import FAST, OUT, fails, finish, one_cpu_thread, show
 from minitensor import optim
 from train.data.batching import make_batches, pad_batch, padding_efficiency
 from train.data.builtin_task import make_number_task
+from train.data.inputs import make_model_inputs
 from train.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from train.evaluate.scores import corpus_scores
 from transformer import LabelSmoothingLoss, Transformer, TransformerConfig, greedy_decode
@@ -149,19 +150,52 @@ def model_inputs(indices, src_ids, tgt_ids):
     return src, tgt_in, tgt_out
 
 
+# %% [markdown]
+# `python -m train fit` builds the same three arrays with the library's
+# `make_model_inputs` (the real data path: a prepared corpus's batch goes
+# through it). The training below runs on the library's inputs, so first they
+# must be ours on every batch, with each row offset by exactly one: BOS first,
+# label t as the decoder input at t + 1, EOS as the last label, then padding.
+
+# %%
+def offset_by_one(tgt_in, tgt_out) -> bool:
+    """Every row: tgt_in = BOS y_1 … y_n PAD…, tgt_out = y_1 … y_n EOS PAD… (§3.1)."""
+    for row_in, row_out in zip(tgt_in, tgt_out):
+        n = int((row_out != PAD_ID).sum())                         # y_1 … y_{n-1} EOS
+        if not (row_in[0] == BOS_ID and row_out[n - 1] == EOS_ID and np.array_equal(row_in[1:n], row_out[:n - 1])
+                and (row_in[n:] == PAD_ID).all() and (row_out[n:] == PAD_ID).all()):
+            return False
+    return True
+
+
+def library_inputs(indices):
+    return make_model_inputs([src_ids[i] for i in indices], [tgt_ids[i] for i in indices])
+
+
+# %% CHECK
+for b in batches:
+    for part, own, library in zip(("source", "decoder input", "labels"), model_inputs(b, src_ids, tgt_ids),
+                                  library_inputs(b)):
+        assert np.array_equal(own, library), \
+            f"the library's model inputs (make_model_inputs, the data path of fit): the {part} differs from ours (§3.1)"
+    assert offset_by_one(*library_inputs(b)[1:]), \
+        "the library's model inputs: the decoder input must be the labels shifted right by one (§3.1)"
+
+# %%
 valid_src = tokenizer.encode_batch([en for en, _ in task["valid"]])
 valid_tgt = tokenizer.encode_batch([de for _, de in task["valid"]])
 valid_batches = [model_inputs(range(i, min(i + 50, len(valid_src))), valid_src, valid_tgt)
                  for i in range(0, len(valid_src), 50)]
 
 
-def validation_loss(model, loss_fn):
-    """(smoothed loss, NLL) per target token over the validation pairs, eval mode, no graph."""
+def validation_loss(model, loss_fn, shift_sources=0):
+    """(smoothed loss, NLL) per target token over the validation pairs, eval mode, no graph.
+    shift_sources = k pairs each target with the source k rows away in its batch (the wrong one)."""
     model.eval()
     loss_sum = nll_sum = tokens = 0.0
     with mt.no_grad():
         for src, tgt_in, tgt_out in valid_batches:
-            out = loss_fn(model(src, tgt_in), tgt_out)
+            out = loss_fn(model(np.roll(src, shift_sources, axis=0), tgt_in), tgt_out)
             loss_sum, nll_sum, tokens = loss_sum + out.loss.item() * out.n_tokens, nll_sum + float(out.nll_sum), \
                 tokens + out.n_tokens
     model.train()
@@ -180,7 +214,7 @@ order = np.random.default_rng(1).permutation(len(batches))
 history, valid_history, start = [], [], time.perf_counter()
 model.train()
 for step in range(1, n_steps + 1):
-    src, tgt_in, tgt_out = model_inputs(batches[order[(step - 1) % len(batches)]], src_ids, tgt_ids)
+    src, tgt_in, tgt_out = library_inputs(batches[order[(step - 1) % len(batches)]])
     opt.zero_grad()
     out = loss_fn(model(src, tgt_in), tgt_out)                     # (B, T, V) logits -> scalar loss
     out.loss.backward()
@@ -207,6 +241,23 @@ first, last = np.mean([h[0] for h in history[:5]]), np.mean([h[0] for h in histo
 assert last < 0.6 * first, f"training must cut the loss substantially: {first:.2f} -> {last:.2f}"
 assert valid_history[-1][1] < 0.6 * valid_history[0][1], f"the validation loss must fall too: {valid_history}"
 assert valid_history[-1][1] > valid_history[-1][2], "the smoothed loss stays above the NLL (it cannot reach 0, §5.4)"
+
+# %% [markdown]
+# Teacher forcing shows the decoder the target up to the token it predicts,
+# never that token (§3.1's offset, §3.2.3's mask). If the answer leaked in, the
+# model would learn to copy it, and its loss would not care which source it was
+# given. So score the validation pairs again with every source swapped for
+# another sentence's: a model that translates must do much worse.
+
+# %%
+wrong_nll = validation_loss(model, loss_fn, shift_sources=1)[1]
+print(f"validation NLL/token: {valid_history[-1][2]:.3f} with the right sources, {wrong_nll:.3f} with the wrong ones")
+
+# %% CHECK
+assert wrong_nll > valid_history[-1][2] + 1.0, \
+    f"the model must read its source, and teacher forcing must not show it the answer: with the wrong sources " \
+    f"the validation NLL/token is {wrong_nll:.3f}, with the right ones {valid_history[-1][2]:.3f} (is the " \
+    f"decoder input offset by one, §3.1? does the decoder attend to the memory, §3.2.3?)"
 
 # %% [markdown]
 # ## 5. What the heads attend to
@@ -320,14 +371,21 @@ def _broken_batches():
              pad_batch([y + [BOS_ID] for y in ys], PAD_ID), False),
             ("shifted by two", pad_batch([[BOS_ID, BOS_ID] + y[:-1] for y in ys], PAD_ID), right_out, False),
             ("no EOS label", right_in, pad_batch([y + [PAD_ID] for y in ys], PAD_ID), False),
-            ("not shifted", pad_batch([y + [EOS_ID] for y in ys], PAD_ID), right_out, False)]
+            ("not shifted", pad_batch([y + [EOS_ID] for y in ys], PAD_ID), right_out, False),
+            ("labels reversed", right_in, pad_batch([y[::-1] + [EOS_ID] for y in ys], PAD_ID), False),
+            ("labels of other sentences", right_in, np.roll(right_out, 1, axis=0), False)]
 
 
 def check_offset_is_right(offset_is_right) -> None:
-    """Exercise 3: True for the §3.1 construction only."""
+    """Exercise 3: True for the §3.1 construction only: on real batches drawn at random, and on slips that
+    keep every token count right (labels reversed, or another sentence's)."""
     for name, tgt_in, tgt_out, expected in _broken_batches():
         assert bool(offset_is_right(tgt_in, tgt_out, BOS_ID, EOS_ID, PAD_ID)) == expected, \
-            f"{name}: expected {expected}"
+            f"offset_is_right must say {expected} for a batch made {name}"
+    for b in np.random.default_rng().choice(len(batches), size=3, replace=False):
+        _, tgt_in, tgt_out = model_inputs(batches[b], src_ids, tgt_ids)
+        assert offset_is_right(tgt_in, tgt_out, BOS_ID, EOS_ID, PAD_ID), \
+            f"offset_is_right must say True for batch {b}, made right"
 
 
 # %% CHECK the checks: a wrong answer must fail them
@@ -344,6 +402,15 @@ def _random_batches(s, t, budget):                                  # no sorting
 assert fails(check_bucket_batches, _random_batches), "check_bucket_batches accepted unsorted batches"
 assert fails(check_offset_is_right, lambda ti, to, b, e, p: bool((ti[:, 0] == b).all())), \
     "check_offset_is_right accepted a test that only looks at BOS"
+
+
+def _counts_tokens(tgt_in, tgt_out, bos, eos, pad):                 # BOS first, EOS last, the counts agree
+    n = (tgt_out != pad).sum(axis=1)
+    return bool((tgt_in[:, 0] == bos).all() and ((tgt_in != pad).sum(axis=1) == n).all()
+                and (tgt_out[np.arange(len(n)), n - 1] == eos).all())
+
+
+assert fails(check_offset_is_right, _counts_tokens), "check_offset_is_right accepted a token count"
 
 # %%
 finish("15_batching_and_training", {check_bucket_batches: "bucket_batches", check_offset_is_right: "offset_is_right"})

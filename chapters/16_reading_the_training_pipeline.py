@@ -35,6 +35,7 @@
 # [`train/run/checkpointing.py`](../train/run/checkpointing.py).
 
 # %%
+import dataclasses
 import json
 import os
 import shutil
@@ -49,8 +50,9 @@ from _common import OUT, calls_to, fails, finish, one_cpu_thread
 from minitensor.optim import Adam, NoamSchedule, clip_grad_norm
 from train.config import RunConfig
 from train.data.batching import pad_batch
+from train.data.inputs import Prepared, Split
 from train.data.tokenizer import Tokenizer
-from train.run import checkpointing
+from train.run import checkpointing, validation
 from train.run.checkpointing import TrainState
 from train.run.manifest import Manifest
 from train.run.step import train_step
@@ -297,6 +299,49 @@ for name, array in resumed.model.state_dict().items():
 assert resumed.optimizer.step_count == straight.optimizer.step_count == 6, "Adam's step (and so the rate) restored"
 assert not all(np.array_equal(a, straight_weights[n]) for n, a in forgot_rng.model.state_dict().items()), \
     "without the RNG state the dropout masks differ, and so do the weights"
+
+# %% [markdown]
+# ## 5. Validation, and the average of the last checkpoints
+#
+# `train.run.validation.validate` scores the dev set during training. It must
+# score the model in eval mode (dropout off: the same number every time, the
+# model's own), and hand it back in training mode. And at the end,
+# `checkpointing.average_last` writes the element-wise mean of the run's
+# **last** `last` checkpoints (§6.1: 5 for base): we save one after each of
+# four more steps and compare with our own mean of the newest two.
+
+# %%
+dev = pairs(20, np.random.default_rng(7))
+dev_split = Split(None, None, [], [], [s for s, _ in dev], [t for _, t in dev])
+quiet = dataclasses.replace(run_config, train=dataclasses.replace(run_config.train, valid_bleu_sentences=0))
+judged = resumed.model.train()
+scores = [validation.validate(judged, loss_fn, Prepared(tokenizer, None, None, [], dev_split, None, {}, None),
+                              quiet)["loss"] for _ in range(2)]
+still_training = judged.training
+judged.eval()
+with mt.no_grad():
+    dev_out = loss_fn(judged(*batch(dev)[:2]), batch(dev)[2])
+eval_loss = float(dev_out.loss.item())
+judged.train()
+saved_paths = []
+for extra in range(7, 11):
+    train_step(resumed.model, [micro_batches[extra % len(micro_batches)]], resumed.optimizer, loss_fn)
+    resumed.progress.step = extra
+    saved_paths.append(checkpointing.save(run_dir, resumed))
+averaged_path, averaged_names = checkpointing.average_last(run_dir, last=2)
+newest_two = [load_checkpoint(path)[0] for path in saved_paths[-2:]]
+averaged_weights = load_checkpoint(averaged_path)[0]
+print(f"validation loss {scores}, eval mode by hand {eval_loss:.6f}; averaged {averaged_names}")
+
+# %% CHECK
+assert scores[0] == scores[1] and abs(scores[0] - eval_loss) < 1e-5 * abs(eval_loss), \
+    f"validation must score the model in eval mode (no dropout): {scores} vs {eval_loss} by hand"
+assert still_training, "validation must hand the model back in training mode"
+assert averaged_names == [path.name for path in saved_paths[-2:]], \
+    f"average_last must average the run's last 2 checkpoints, {[p.name for p in saved_paths[-2:]]}: {averaged_names}"
+for name, array in averaged_weights.items():
+    by_hand = ((newest_two[0][name].astype(np.float64) + newest_two[1][name]) / 2).astype(array.dtype)
+    mt.assert_close(array, by_hand, name=f"average_last: {name} vs our mean of the last 2 checkpoints")
 
 # %% [markdown]
 # ## Summary

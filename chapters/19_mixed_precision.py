@@ -345,6 +345,54 @@ assert scaler.skipped_steps == first_good >= 1, \
     "every overflowing step before the first good one was counted as skipped"
 
 # %% [markdown]
+# Two things those eight steps cannot show. The scaler's rule, step by step,
+# for a fixed pattern of overflows: the count of good steps starts again at
+# every overflow (and at every doubling), and s never falls below its floor.
+# And the half-precision copies the forward pass reads: after every update
+# Adam's kernel rewrites them from the float32 masters, and they must be the
+# masters rounded to nearest even, by section 3's definition, in each
+# parameter's own slice, for fp16 and bf16 alike.
+
+# %%
+def scale_sequence(pattern, scale, interval, floor):
+    """Our rule: (s after the step, whether the step is taken) for each step of `pattern` (True: finite)."""
+    good, out = 0, []
+    for finite in pattern:
+        if finite:
+            good += 1
+            if good == interval:
+                scale, good = scale * 2.0, 0
+        else:
+            scale, good = max(scale / 2.0, floor), 0
+        out.append((scale, finite))
+    return out
+
+
+overflows = [True, True, False, True, True, True, True, False, False, False, True, True, True, True, True, True]
+library_scaler, library_scales = DynamicLossScaler(init_scale=8.0, growth_interval=3, min_scale=2.0), []
+for finite in overflows:
+    stepped = library_scaler.update(finite)
+    library_scales.append((library_scaler.scale, stepped))
+bf16_model = Transformer(config, np.random.default_rng(0), precision="bf16")
+bf16_adam = Adam(list(bf16_model.named_parameters()), lr=1e-3, half_dtype=BF16)
+for _ in range(2):
+    train_step(bf16_model, [reverse_batch(rng)], bf16_adam, loss_fn)
+copies = {"fp16": (half_model, np.float16, 5, 10), "bf16": (bf16_model, BF16, 8, 7)}
+
+# %% CHECK
+assert library_scales == scale_sequence(overflows, 8.0, 3, 2.0), \
+    f"the loss scale for a fixed overflow pattern (halve on overflow, double after 3 good steps in a row, floor 2): " \
+    f"{library_scales} vs ours {scale_sequence(overflows, 8.0, 3, 2.0)}"
+for name, (model_, dtype, exp_bits, man_bits) in copies.items():
+    for pname, prm in model_.named_parameters():
+        copy = prm.half(dtype)
+        assert copy is not None, f"the {name} copy of {pname} after updates: the forward pass has none to read"
+        np.testing.assert_array_equal(np.asarray(copy).view(np.uint16).astype(np.int64),
+                                      round_by_definition(prm.numpy(), exp_bits, man_bits),
+                                      err_msg=f"the {name} weight copy after updates must be the float32 master "
+                                              f"rounded to nearest even ({pname})")
+
+# %% [markdown]
 # ## 7. A run where fp16 without scaling fails, and with it works
 #
 # The same tiny model on the reverse task, five ways, every loss multiplied by
@@ -501,12 +549,15 @@ assert not overflow_seen and not st_overflow.stepped, "check before step: an ove
 
 # %%
 def check_to_bits(to_bits) -> None:
-    """Exercise 2: decode then to_bits gives back every non-NaN pattern of fp16 and bf16."""
-    for name in ("fp16", "bf16"):
-        values = decode(all16, *FORMATS[name])
+    """Exercise 2: decode then to_bits gives back every non-NaN pattern of fp16, bf16 and two 8-bit formats
+    NumPy has no type for (E4M3 and E3M4: no cast can do the bit-level work)."""
+    for name, (exp_bits, man_bits) in {**{n: FORMATS[n] for n in ("fp16", "bf16")}, "E4M3": (4, 3),
+                                       "E3M4": (3, 4)}.items():
+        patterns = np.arange(1 << (1 + exp_bits + man_bits), dtype=np.int64)
+        values = decode(patterns, exp_bits, man_bits)
         keep = ~np.isnan(values)
-        got = np.asarray(to_bits(values[keep], *FORMATS[name]), dtype=np.int64)
-        np.testing.assert_array_equal(got, all16[keep], err_msg=f"{name}: to_bits(decode(bits)) must be bits")
+        got = np.asarray(to_bits(values[keep], exp_bits, man_bits), dtype=np.int64)
+        np.testing.assert_array_equal(got, patterns[keep], err_msg=f"{name}: to_bits(decode(bits)) must be bits")
 
 
 def check_compensated_updates(compensated_updates) -> None:
@@ -538,6 +589,16 @@ def _plain_fp16(w0, update, n):
 
 
 assert fails(check_to_bits, _to_bits_without_subnormals), "check_to_bits accepted an encoder without subnormals"
+
+
+def _numpy_casts(values, exp_bits, man_bits):                       # NumPy's casts: float16, float32's top bits
+    values = np.asarray(values)
+    if (exp_bits, man_bits) == FORMATS["fp16"]:
+        return values.astype(np.float16).view(np.uint16)
+    return values.astype(np.float32).view(np.uint32) >> (23 - man_bits)
+
+
+assert fails(check_to_bits, _numpy_casts), "check_to_bits accepted NumPy's casts for the bit-level work"
 assert fails(check_compensated_updates, _plain_fp16), "check_compensated_updates accepted plain fp16 sums"
 
 # %%

@@ -5,7 +5,7 @@
     python chapters/book.py --fast            # the --fast sizes, as in CI
     python chapters/book.py --fast --only 05,07,09
 
-Every chapter is executed as a notebook (jupytext + nbclient in a fresh kernel, as tests/test_chapters.py
+Every chapter is executed as a notebook (jupytext + nbclient in a fresh kernel, as tests/chapters/test_chapters.py
 does), and nbconvert renders it with chapters/book_template/: its printed output and figures under the
 cells that made them, CHECK cells marked as passed, the solutions folded under the exercises, a sidebar
 table of contents and previous/next links. Equations ($...$ and $$...$$ in the markdown, numbered with
@@ -296,7 +296,7 @@ class Book:
 # ---------------------------------------------------------------------------------------------- executing
 
 def kernel_env() -> dict:
-    """The chapters' environment in tests/test_chapters.py: this checkout first, one BLAS/Numba thread."""
+    """The chapters' environment in tests/chapters/test_chapters.py: this checkout first, one BLAS/Numba thread."""
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     return dict(os.environ, PYTHONPATH=path, MPLBACKEND="Agg", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
                 MKL_NUM_THREADS="1", NUMBA_NUM_THREADS="1")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.py"))
 TIMEOUT_S = 600  # a hang guard: chapters take seconds, CI machines are busy
 
@@ -36,12 +36,14 @@ INTRODUCED = {
     "TransformerConfig": 8, "layers": 8, "Encoder": 8, "Decoder": 8,
     "LabelSmoothingLoss": 9, "closed_form_smoothed_loss": 9,
     "Transformer": 10, "padding_mask": 10, "subsequent_mask": 10,
-    "greedy_decode": 12, "beam_search": 12, "length_penalty": 12, "fast_search": 12,
+    "greedy_decode": 12, "beam_search": 12, "beam_search_nbest": 12, "length_penalty": 12, "fast_search": 12,
     "corpus_scores": 13, "paper_bleu": 13, "paper_tokenize": 13, "make_number_task": 13,
     "average_checkpoints": 13, "load_checkpoint": 13, "save_checkpoint": 13,
     "Tokenizer": 14,
-    "BOS_ID": 15, "EOS_ID": 15, "PAD_ID": 15, "make_batches": 15, "pad_batch": 15, "padding_efficiency": 15,
-    "checkpointing": 16, "TrainState": 16, "RunConfig": 16, "train_step": 16, "clip_grad_norm": 16,
+    "BOS_ID": 15, "EOS_ID": 15, "PAD_ID": 15, "make_batches": 15, "make_model_inputs": 15, "pad_batch": 15,
+    "padding_efficiency": 15,
+    "checkpointing": 16, "validation": 16, "Prepared": 16, "Split": 16, "TrainState": 16, "RunConfig": 16,
+    "train_step": 16, "clip_grad_norm": 16,
     "CheckpointError": 16, "Manifest": 16,
     "matmul_forward_ref": 17, "cupy_launch": 17,
     "CountingBackend": 18, "softmax_composed": 18, "layer_norm_composed": 18, "softmax_forward_ref": 18,
