@@ -41,7 +41,7 @@
 import numpy as np
 
 import minitensor as mt
-from _common import fails, finish
+from _common import calls_to, fails, finish
 
 rng = np.random.default_rng(0)
 
@@ -191,24 +191,44 @@ mt.assert_close(ct.grad, g.sum(axis=1, keepdims=True), name="(B, 1, D) gradient:
 #    differ). `check_matmul_shape(fn)` tests it.
 
 # %%
+def _random_broadcast(check_rng) -> tuple[tuple, tuple]:
+    """A shape `small` and a shape `big` it broadcasts to: some leading axes added, some size-1 axes stretched."""
+    big = tuple(int(n) for n in check_rng.integers(2, 5, size=int(check_rng.integers(1, 5))))
+    small = big[int(check_rng.integers(0, len(big) + 1)):]
+    return tuple(1 if check_rng.random() < 0.4 else n for n in small), big
+
+
 def check_unbroadcast(unbroadcast) -> None:
-    """Exercise 2: compare with the gradient minitensor computes through Expand."""
-    check_rng = np.random.default_rng(1)
-    for small, big in [((4,), (2, 3, 4)), ((3, 1), (2, 3, 5)), ((1, 1), (6, 7)), ((2, 1, 4), (2, 3, 4)),
-                       ((), (2, 2)), ((5,), (5,))]:
+    """Exercise 2: compare with the gradient minitensor computes through Expand, on shapes drawn afresh each
+    call; summed by hand, not by running the library's Expand backward."""
+    check_rng = np.random.default_rng()
+    for small, big in [_random_broadcast(check_rng) for _ in range(6)] + [((), (2, 2)), ((5,), (5,))]:
         grad = check_rng.standard_normal(big)
+        with calls_to(mt.Tensor.backward) as calls:
+            got = np.asarray(unbroadcast(grad, small))
+        assert not calls, "sum the gradient back yourself: the answer ran autograd (Tensor.backward)"
         leaf = mt.tensor(check_rng.standard_normal(small), requires_grad=True, dtype="float64")
         (leaf.expand(big) * grad).sum().backward()
-        got = np.asarray(unbroadcast(grad, small))
         assert got.shape == tuple(small), f"unbroadcast to {small} returned shape {got.shape}"
         mt.assert_close(got, leaf.grad, name=f"unbroadcast {big} -> {small}")
 
 
 def check_matmul_shape(matmul_shape) -> None:
-    """Exercise 3: compare with the shape NumPy's matmul produces."""
-    for a, b in [((2, 3), (3, 4)), ((5, 2, 3), (3, 4)), ((5, 1, 2, 3), (4, 3, 6)), ((1, 2, 3), (7, 3, 2))]:
-        expected = np.matmul(np.zeros(a), np.zeros(b)).shape
-        assert tuple(matmul_shape(a, b)) == expected, f"{a} @ {b}: expected {expected}"
+    """Exercise 3: against the rule, on shapes drawn afresh each call and too big to build: worked out from the
+    shapes alone, not by multiplying arrays."""
+    check_rng = np.random.default_rng()
+    for _ in range(6):
+        batch = tuple(int(n) for n in check_rng.integers(1, 10**5, size=int(check_rng.integers(0, 3))))
+        a_batch = tuple(1 if check_rng.random() < 0.3 else n for n in batch)[int(check_rng.integers(0, len(batch) + 1)):]
+        M, K, N = (int(n) for n in check_rng.integers(10**6, 10**7, size=3))    # 8 TB and up as float64
+        a, b = a_batch + (M, K), tuple(1 if check_rng.random() < 0.3 else n for n in batch) + (K, N)
+        expected = np.broadcast_shapes(a[:-2], b[:-2]) + (M, N)
+        try:
+            got = tuple(matmul_shape(a, b))
+        except (ValueError, MemoryError) as error:
+            raise AssertionError(f"{a} @ {b} is a valid product: work its shape out without building arrays "
+                                 f"({type(error).__name__}: {error})") from None
+        assert got == expected, f"{a} @ {b}: expected {expected}, got {got}"
     try:
         matmul_shape((2, 3), (4, 5))
     except ValueError:
@@ -220,6 +240,17 @@ def check_matmul_shape(matmul_shape) -> None:
 assert fails(check_unbroadcast, lambda grad, shape: np.sum(grad).reshape(()) * np.ones(shape)), \
     "check_unbroadcast accepted a total sum"
 assert fails(check_matmul_shape, lambda a, b: a[:-1] + b[-1:]), "check_matmul_shape accepted no broadcasting"
+
+
+def _unbroadcast_by_autograd(grad, shape):                          # the right numbers, by the library's Expand
+    leaf = mt.tensor(np.zeros(shape), requires_grad=True, dtype="float64")
+    (leaf.expand(grad.shape) * grad).sum().backward()
+    return leaf.grad
+
+
+assert fails(check_unbroadcast, _unbroadcast_by_autograd), "check_unbroadcast accepted autograd through Expand"
+assert fails(check_matmul_shape, lambda a, b: np.matmul(np.empty(a), np.empty(b)).shape), \
+    "check_matmul_shape accepted the shape of a product it built"
 
 # %%
 finish("01_arrays_and_broadcasting", {check_unbroadcast: "unbroadcast", check_matmul_shape: "matmul_shape"})

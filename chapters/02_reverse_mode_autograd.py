@@ -267,13 +267,17 @@ if "numba" in results:
 
 # %%
 def check_value_pow(value_pow) -> None:
-    """Exercise 2: d(a^k)/da = k·a^(k-1), accumulated with +=."""
-    for base, k in [(3.0, 2), (2.0, 3.5), (0.5, -1.0)]:
+    """Exercise 2: d(a^k)/da = k·a^(k-1), accumulated with +=, for bases and exponents drawn afresh each call;
+    to float64's precision, which a derivative measured by finite differences does not reach."""
+    check_rng = np.random.default_rng()
+    for base, k in zip(check_rng.uniform(0.2, 4.0, size=4), check_rng.uniform(-3.0, 4.0, size=4)):
+        base, k = float(base), float(k)
         a = Value(base)
         out = value_pow(a, k) * 2.0 + value_pow(a, k)        # used twice: gradients must add
         out.backward()
-        assert np.isclose(out.data, 3 * base ** k), f"forward of {base}**{k}"
-        assert np.isclose(a.grad, 3 * k * base ** (k - 1)), f"d({base}**{k})/da: got {a.grad}"
+        assert np.isclose(out.data, 3 * base ** k, rtol=1e-12), f"forward of {base}**{k}"
+        assert np.isclose(a.grad, 3 * k * base ** (k - 1), rtol=1e-12, atol=0), \
+            f"d({base}**{k})/da: got {a.grad}, expected {3 * k * base ** (k - 1)} (k·a^(k−1), exactly)"
 
 
 def check_sigmoid(sigmoid_cls) -> None:
@@ -326,6 +330,18 @@ def _pow_assigns(a, k):                        # assigns the gradient instead of
 assert fails(check_sigmoid, _SigmoidWrong), "check_sigmoid accepted a wrong backward"
 assert fails(check_sigmoid, _SigmoidSavesInput), "check_sigmoid accepted a Sigmoid that saves its input"
 assert fails(check_value_pow, _pow_assigns), "check_value_pow accepted '=' instead of '+='"
+
+
+def _pow_by_finite_differences(a, k):          # the right numbers to ~1e-10, measured instead of derived
+    out = Value(a.data ** k, (a,))
+    def _backward():
+        h = 1e-6
+        a.grad += ((a.data + h) ** k - (a.data - h) ** k) / (2 * h) * out.grad
+    out._backward = _backward
+    return out
+
+
+assert fails(check_value_pow, _pow_by_finite_differences), "check_value_pow accepted a measured derivative"
 
 # %%
 finish("02_reverse_mode_autograd", {check_value_pow: "value_pow", check_sigmoid: "Sigmoid"})

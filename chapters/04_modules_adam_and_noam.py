@@ -426,20 +426,28 @@ def check_first_adam_update(first_adam_update) -> None:
 
 
 def check_warmup_for_peak(warmup_for_peak) -> None:
-    """Exercise 3: the schedule built with your warmup must peak at the asked rate, at that step."""
-    for d_model, peak in [(512, 7e-4), (1024, 5e-4), (64, 1e-2), (256, 3e-3)]:
-        warmup = int(warmup_for_peak(d_model, peak))
+    """Exercise 3: the schedule built with your warmup must peak at the asked rate, at that step, for sizes and
+    rates drawn afresh each call; solved from the schedule's formula, not by searching the library's schedule."""
+    check_rng = np.random.default_rng()
+    for d_model, steps in zip(2 ** check_rng.integers(5, 12, size=4), check_rng.uniform(200, 20_000, size=4)):
+        d_model, peak = int(d_model), float((d_model * steps) ** -0.5)     # a peak some warm-up reaches
+        with calls_to(optim.NoamSchedule.__call__) as calls:
+            warmup = int(warmup_for_peak(d_model, peak))
+        assert not calls, "solve the schedule's formula for the warm-up: the answer ran the library's schedule"
         schedule = optim.NoamSchedule(d_model, warmup)
         assert abs(schedule(warmup) / peak - 1) < 0.01, \
             f"d_model {d_model}: warmup {warmup} peaks at {schedule(warmup):.3e}, not {peak:.3e}"
 
 
 def check_dropout_variance(dropout_variance) -> None:
-    """Exercise 4: against the measured variance of the library's dropout (200,000 draws per setting)."""
+    """Exercise 4: against the measured variance of the library's dropout (200,000 draws per setting); the
+    answer is a formula, not a measurement of the library's dropout."""
     for x, p in [(1.0, 0.1), (3.0, 0.3), (-2.0, 0.5)]:
         layer = nn.Dropout(p, rng=np.random.default_rng(int(10 * p)))
         measured = layer(mt.tensor(np.full(200_000, x, dtype=np.float32))).numpy().var()
-        expected = float(dropout_variance(x, p))
+        with calls_to(nn.Dropout.forward) as calls:
+            expected = float(dropout_variance(x, p))
+        assert not calls, "work the variance out: the answer measured the library's dropout"
         assert abs(measured / expected - 1) < 0.05, f"x = {x}, p = {p}: measured {measured:.4f}, yours {expected:.4f}"
 
 
@@ -457,6 +465,22 @@ def _by_running_adam(g, lr, eps):                                   # the right 
 assert fails(check_first_adam_update, _by_running_adam), "check_first_adam_update accepted the library's Adam"
 assert fails(check_warmup_for_peak, lambda d_model, peak: round(1 / (d_model * peak))), "accepted a wrong inverse"
 assert fails(check_dropout_variance, lambda x, p: x * x * p), "accepted the variance without the rescale"
+
+
+def _warmup_by_search(d_model, peak):                               # the right warm-up, found by bisecting the schedule
+    low, high = 1, 10**8
+    while low < high:
+        mid = (low + high) // 2
+        low, high = (mid + 1, high) if optim.NoamSchedule(d_model, mid)(mid) > peak else (low, mid)
+    return low
+
+
+def _variance_by_measuring(x, p):                                   # the right number to ~1%, measured
+    return nn.Dropout(p)(mt.tensor(np.full(100_000, x))).numpy().var()
+
+
+assert fails(check_warmup_for_peak, _warmup_by_search), "check_warmup_for_peak accepted a search of the schedule"
+assert fails(check_dropout_variance, _variance_by_measuring), "check_dropout_variance accepted a measurement"
 
 # %%
 finish("04_modules_adam_and_noam", {check_first_adam_update: "first_adam_update",
