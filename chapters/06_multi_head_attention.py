@@ -43,7 +43,9 @@ import numpy as np
 
 import minitensor as mt
 from _common import calls_to, fails, finish, hold_training_path, own_answer
+from transformer import attention as library_attention
 from transformer.attention import MultiHeadAttention
+from transformer.fused import split_heads as fused_split_heads
 
 rng = np.random.default_rng(0)
 
@@ -269,12 +271,20 @@ hold_training_path(f"multi-head attention, time-major (T, B, H·K) as the fused 
 
 # %%
 def check_split_merge(split_heads, merge_heads) -> None:
-    """Exercise 2: layout must match the library's w_q column blocks."""
-    xc = np.arange(2 * 3 * 12, dtype=np.float64).reshape(2, 3, 12)
-    heads = np.asarray(split_heads(xc, 4))
-    assert heads.shape == (2, 4, 3, 3), f"split_heads shape {heads.shape}"
-    assert np.array_equal(heads[1, 2, 0], xc[1, 0, 6:9]), "head 2 must hold features 6..8"
-    assert np.array_equal(np.asarray(merge_heads(heads)), xc), "merge_heads(split_heads(x)) must be x"
+    """Exercise 2: layout must match the library's w_q column blocks, for sizes drawn afresh each call; written
+    in NumPy, not by calling the library's split_heads/merge_heads."""
+    check_rng = np.random.default_rng()
+    Bc, Tc, hc, Kc = (int(n) for n in check_rng.integers(2, 6, size=4))
+    xc = check_rng.standard_normal((Bc, Tc, hc * Kc))
+    with calls_to(library_attention.split_heads, library_attention.merge_heads, fused_split_heads) as calls:
+        heads = np.asarray(split_heads(xc, hc))
+        merged = np.asarray(merge_heads(heads))
+    assert not calls, f"reshape the heads yourself: the answer called the library's {dict(calls)}"
+    assert heads.shape == (Bc, hc, Tc, Kc), f"split_heads shape {heads.shape}, expected {(Bc, hc, Tc, Kc)}"
+    b, i, t = (int(check_rng.integers(n)) for n in (Bc, hc, Tc))
+    assert np.array_equal(heads[b, i, t], xc[b, t, i * Kc:(i + 1) * Kc]), \
+        f"head {i} must hold features {i * Kc}..{(i + 1) * Kc - 1}"
+    assert np.array_equal(merged, xc), "merge_heads(split_heads(x)) must be x"
 
 
 def check_mhsa(multi_head_self_attention) -> None:
@@ -310,6 +320,8 @@ def _one_head(x, wq, wk, wv, wo, h):                                # ignores h
 
 
 assert fails(check_split_merge, _split_wrong, _merge_wrong), "check_split_merge accepted interleaved heads"
+assert fails(check_split_merge, fused_split_heads, lambda x: np.asarray(library_attention.merge_heads(mt.tensor(x)))), \
+    "check_split_merge accepted the library's split_heads and merge_heads"
 assert fails(check_mhsa, _one_head), "check_mhsa accepted single-head attention"
 
 

@@ -43,7 +43,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import minitensor as mt
-from _common import fails, finish, hold_training_path, own_answer, show
+from _common import calls_to, fails, finish, hold_training_path, own_answer, show
 from transformer.embedding import Embeddings
 from transformer.feed_forward import PositionwiseFeedForward
 from transformer.positional import PositionalEncoding, sinusoid_table
@@ -259,26 +259,34 @@ hold_training_path("the FFN, Eq. (2)", library_ffn, ffn_inputs,
 
 # %%
 def check_concat_permutation(concat_permutation) -> None:
-    """Exercise 2: the permuted table is the concatenated layout, and a linear layer cannot tell them apart."""
-    for L, Dm in [(50, 8), (64, 32)]:
-        perm = np.asarray(concat_permutation(Dm))
+    """Exercise 2: the permuted table is the concatenated layout, and a linear layer cannot tell them apart, for
+    sizes drawn afresh each call; the permutation is read off the layouts, not found by matching table columns."""
+    check_rng = np.random.default_rng()
+    for L, Dm in [(50, 8)] + [(int(check_rng.integers(20, 80)), 2 * int(check_rng.integers(2, 40)))]:
+        with calls_to(sinusoid_table, PositionalEncoding.forward) as calls:
+            perm = np.asarray(concat_permutation(Dm))
+        assert not calls, "work the permutation out from the two layouts: the answer read the library's table"
         table = sinusoid_table(L, Dm).astype(np.float64)
         omega = 10000.0 ** (-np.arange(0, Dm, 2) / Dm)                          # the paper's frequencies
         angle = np.arange(L)[:, None] * omega[None, :]
         mt.assert_close(table[:, perm], np.concatenate([np.sin(angle), np.cos(angle)], axis=1),
                         name=f"concatenated layout, D = {Dm}", atol=1e-6)
-        W = np.random.default_rng(Dm).standard_normal((Dm, 5))
+        W = check_rng.standard_normal((Dm, 5))
         # a first layer W reading the concatenated layout = the layer W[argsort(perm)] reading the paper's
         mt.assert_close(table[:, perm] @ W, table @ W[np.argsort(perm)], name="same products, rows of W permuted")
 
 
 def check_pe_dot(pe_dot) -> None:
-    """Exercise 3: against dot products of table rows, for several positions p, offsets k (also negative)."""
-    for Dm in (8, 64):
+    """Exercise 3: against dot products of table rows, for positions p, offsets k (also negative) and sizes drawn
+    afresh each call; a closed form, not a dot product of the library's table rows."""
+    check_rng = np.random.default_rng()
+    for Dm in (8, 2 * int(check_rng.integers(5, 40))):
         table = sinusoid_table(400, Dm).astype(np.float64)
-        for k in (0, 1, 7, 50, -13):
-            for p in (20, 100, 300):
+        for k in [0] + [int(k) for k in check_rng.integers(-60, 60, size=4)]:
+            with calls_to(sinusoid_table, PositionalEncoding.forward) as calls:
                 got = float(pe_dot(k, Dm))
+            assert not calls, "write PE(p)·PE(p + k) as a sum over frequencies: the answer read the library's table"
+            for p in check_rng.integers(60, 340, size=3):
                 assert abs(got - table[p] @ table[p + k]) < 1e-4, f"D = {Dm}, p = {p}, k = {k}: {got:.5f}"
 
 
@@ -287,6 +295,18 @@ assert fails(check_concat_permutation, lambda Dm: np.arange(Dm)), "accepted the 
 assert fails(check_concat_permutation, lambda Dm: np.concatenate([np.arange(1, Dm, 2), np.arange(0, Dm, 2)])), \
     "accepted cosines first"
 assert fails(check_pe_dot, lambda k, Dm: Dm / 2 * np.cos(k)), "accepted one frequency for all pairs"
+
+
+def _permutation_by_matching(Dm):                                   # the right permutation, by matching columns
+    table, omega = sinusoid_table(50, Dm).astype(np.float64), 10000.0 ** (-np.arange(0, Dm, 2) / Dm)
+    angle = np.arange(50)[:, None] * omega[None, :]
+    wanted = np.concatenate([np.sin(angle), np.cos(angle)], axis=1)
+    return np.array([int(np.argmin(np.abs(table - wanted[:, [j]]).sum(axis=0))) for j in range(Dm)])
+
+
+assert fails(check_concat_permutation, _permutation_by_matching), "check_concat_permutation accepted column matching"
+assert fails(check_pe_dot, lambda k, Dm: float(sinusoid_table(abs(k) + 1, Dm)[0] @ sinusoid_table(abs(k) + 1, Dm)[-1])), \
+    "check_pe_dot accepted a dot product of the library's table rows"
 
 # %%
 finish("07_feed_forward_embeddings_positions", {check_concat_permutation: "concat_permutation", check_pe_dot: "pe_dot"})
