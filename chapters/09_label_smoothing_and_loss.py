@@ -33,7 +33,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import minitensor as mt
-from _common import fails, finish, hold_training_path, show
+from _common import calls_to, fails, finish, hold_training_path, show
 from transformer.loss import LabelSmoothingLoss, closed_form_smoothed_loss
 
 rng = np.random.default_rng(0)
@@ -205,21 +205,28 @@ def _uniform_q(targets, V, eps):
 
 
 def check_uniform_smoothed_loss(uniform_smoothed_loss) -> None:
-    """Exercise 2: against −Σ q log p with a dense q, on random logits with padding."""
-    check_rng = np.random.default_rng(21)
-    for e in (0.0, 0.1, 0.3):
-        z = check_rng.standard_normal((2, 6, 9)) * 3
-        t = check_rng.integers(1, 9, size=(2, 6))
-        t[1, 2:] = PAD
+    """Exercise 2: against −Σ q log p with a dense q, on random logits with padding, drawn afresh each call; the
+    answer is the closed form, without building q (neither this chapter's dense q nor its own smoothed_targets)."""
+    check_rng = np.random.default_rng()
+    for e in (0.0, 0.1, float(check_rng.uniform(0.05, 0.5))):
+        Vc = int(check_rng.integers(5, 40))
+        z = check_rng.standard_normal((2, 6, Vc)) * 3
+        t = check_rng.integers(1, Vc, size=(2, 6))
+        t[1, int(check_rng.integers(1, 6)):] = PAD
         keep = t.reshape(-1) != PAD
-        rows = -(_uniform_q(t.reshape(-1), 9, e) * log_softmax(z.reshape(-1, 9))).sum(axis=1)
-        expected = rows[keep].mean()
-        assert np.isclose(float(uniform_smoothed_loss(z, t, e, PAD)), expected, rtol=1e-9), f"ε = {e}"
+        with calls_to(_uniform_q, smoothed_targets, smoothed_loss_dense) as calls:
+            got = float(uniform_smoothed_loss(z, t, e, PAD))
+        assert not calls, f"derive the closed form, no q matrix: the answer called {dict(calls)}"
+        rows = -(_uniform_q(t.reshape(-1), Vc, e) * log_softmax(z.reshape(-1, Vc))).sum(axis=1)
+        assert np.isclose(got, rows[keep].mean(), rtol=1e-9), f"ε = {e}, V = {Vc}"
 
 
 def check_uniform_min_loss(uniform_min_loss) -> None:
-    """Exercise 3: the loss at p = q (its minimum) for a few ε and V, and no lower value on a grid of margins."""
-    for e, Vc in [(0.1, 100), (0.2, 10), (0.05, 37000)]:
+    """Exercise 3: the loss at p = q (its minimum) for ε and V drawn afresh each call, to float64's precision
+    (a minimum searched for numerically does not reach it), and no lower value on a grid of margins."""
+    check_rng = np.random.default_rng()
+    for e, Vc in [(0.1, 100)] + list(zip(check_rng.uniform(0.01, 0.4, size=3), check_rng.integers(3, 50_000, size=3))):
+        e, Vc = float(e), int(Vc)
         q = _uniform_q(np.array([1]), Vc, e)[0]
         at_q = -(q * np.log(q)).sum()
         margins = np.linspace(0, 25, 2001)
@@ -245,6 +252,21 @@ assert fails(check_uniform_smoothed_loss, lambda z, t, e, pad: smoothed_loss_den
     "accepted this chapter's ε/(V − 2) rule"
 assert fails(check_uniform_min_loss, lambda e, Vc: -(1 - e) * np.log(1 - e) - e * np.log(e / (Vc - 1))), \
     "accepted the entropy of a q without the gold share"
+
+
+def _uniform_loss_dense(z, t, e, pad):                             # the right numbers, by building q
+    Vz = z.shape[-1]
+    rows = -(_uniform_q(t.reshape(-1), Vz, e) * log_softmax(z.reshape(-1, Vz))).sum(axis=1)
+    return rows[t.reshape(-1) != pad].mean()
+
+
+def _min_loss_by_search(e, Vc):                                     # the minimum found on a fine grid of margins
+    margins = np.linspace(0, 25, 20_001)
+    return float((np.logaddexp(margins, np.log(Vc - 1)) - (1 - e + e / Vc) * margins).min())
+
+
+assert fails(check_uniform_smoothed_loss, _uniform_loss_dense), "check_uniform_smoothed_loss accepted a dense q"
+assert fails(check_uniform_min_loss, _min_loss_by_search), "check_uniform_min_loss accepted a grid search"
 
 # %%
 finish("09_label_smoothing_and_loss", {check_uniform_smoothed_loss: "uniform_smoothed_loss", check_uniform_min_loss: "uniform_min_loss"})
