@@ -35,7 +35,7 @@
 import numpy as np
 
 import minitensor as mt
-from _common import FAST, fails, finish, one_cpu_thread
+from _common import FAST, calls_to, fails, finish, one_cpu_thread
 from minitensor import nn, optim
 from transformer import LabelSmoothingLoss, Transformer, TransformerConfig       # loss: chapter 09
 from transformer.embedding import Embeddings                                        # chapter 07
@@ -367,8 +367,11 @@ def suspect_padding_mask(ids, pad):
 
 
 def check_padding_mask(padding_mask_fixed) -> None:
-    """Exercise 2: shape (B, 1, 1, S), True at padding, and the encoder output at real positions unchanged by padding."""
-    got = np.asarray(padding_mask_fixed(padded_src, PAD))
+    """Exercise 2: shape (B, 1, 1, S), True at padding, and the encoder output at real positions unchanged by
+    padding; the learner's fix, not the library's padding_mask."""
+    with calls_to(padding_mask) as calls:
+        got = np.asarray(padding_mask_fixed(padded_src, PAD))
+    assert not calls, "fix the colleague's mask yourself: the answer called the library's padding_mask"
     assert got.shape == (3, 1, 1, padded_src.shape[1]), f"shape {got.shape}: one row per sentence, shared by queries"
     assert np.array_equal(got[:, 0, 0], padded_src == PAD), "True exactly at the padding keys"
     with mt.no_grad():
@@ -378,8 +381,8 @@ def check_padding_mask(padding_mask_fixed) -> None:
 
 
 def check_shift_right(shift_right) -> None:
-    """Exercise 3: against copy_batch's construction."""
-    s, ti, to = copy_batch(20, np.random.default_rng(8))
+    """Exercise 3: against copy_batch's construction, on a batch drawn afresh each call."""
+    s, ti, to = copy_batch(20, np.random.default_rng())
     got_in, got_out = shift_right(s, BOS, EOS, PAD)
     assert np.array_equal(np.asarray(got_in), ti), "tgt_in must be BOS y1 .. yn, then padding"
     assert np.array_equal(np.asarray(got_out), to), "tgt_out must be y1 .. yn EOS, then padding"
@@ -390,6 +393,9 @@ assert fails(check_padding_mask, suspect_padding_mask), "check_padding_mask acce
 assert fails(check_padding_mask, lambda ids, pad: (ids != pad)[:, None, None, :]), "accepted an inverted mask"
 assert fails(check_shift_right, lambda t, b, e, p: (np.pad(t, ((0, 0), (1, 0))), np.pad(t, ((0, 0), (0, 1))))), \
     "accepted a shift without BOS/EOS"
+assert fails(check_padding_mask, padding_mask), "check_padding_mask accepted the library's padding_mask"
+assert fails(check_shift_right, lambda t, b, e, p: copy_batch(20, np.random.default_rng(8))[1:]), \
+    "check_shift_right accepted the answer for one fixed batch"
 
 # %%
 finish("10_figure_1_masks_and_copy_task", {check_padding_mask: "padding_mask_fixed", check_shift_right: "shift_right"})

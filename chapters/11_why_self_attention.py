@@ -40,7 +40,7 @@ import tracemalloc
 import matplotlib.pyplot as plt
 import numpy as np
 
-from _common import FAST, fails, finish, one_cpu_thread, show
+from _common import FAST, calls_to, fails, finish, one_cpu_thread, show
 
 THREADS = one_cpu_thread()
 rng = np.random.default_rng(0)
@@ -281,11 +281,16 @@ assert paths[f"convolution, k = {k}"] == [math.ceil((n - 1) / (k // 2)) for n in
 
 # %%
 def check_restricted_path_length(restricted_path_length) -> None:
-    """Exercise 2: against the hop simulation for a neighbourhood of r/2 positions each side."""
-    for n in (8, 33, 100):
-        for r in (2, 4, 10):
-            expected = max_path_length(lambda h, n_, r_=r: band(n_, r_ // 2), n)
-            assert int(restricted_path_length(n, r)) == expected, f"n = {n}, r = {r}: expected {expected} hops"
+    """Exercise 2: against the hop simulation for a neighbourhood of r/2 positions each side, for n and r drawn
+    afresh each call; a formula, not this chapter's simulation."""
+    check_rng = np.random.default_rng()
+    for n, r in [(8, 2), (33, 4), (100, 10)] + [(int(n), 2 * int(h)) for n, h in zip(check_rng.integers(2, 120, size=4),
+                                                                                     check_rng.integers(1, 12, size=4))]:
+        with calls_to(max_path_length, band) as calls:
+            got = int(restricted_path_length(n, r))
+        assert not calls, "count the hops with a formula: the answer ran this chapter's simulation"
+        expected = max_path_length(lambda h, n_, r_=r: band(n_, r_ // 2), n)
+        assert got == expected, f"n = {n}, r = {r}: expected {expected} hops, got {got}"
 
 
 def _dilated_layers(n, k):
@@ -299,16 +304,25 @@ def _dilated_layers(n, k):
 
 
 def check_dilated_path_length(dilated_path_length) -> None:
-    """Exercise 3: against a simulation of the causal dilated stack."""
-    for n in (2, 8, 9, 10, 27, 28, 100, 1000):
-        for k_ in (2, 3):
-            expected = _dilated_layers(n, k_)
-            assert int(dilated_path_length(n, k_)) == expected, f"n = {n}, k = {k_}: expected {expected} layers"
+    """Exercise 3: against a simulation of the causal dilated stack, for n and k also drawn afresh each call;
+    counted from k^L ≥ n, not by this chapter's simulation."""
+    check_rng = np.random.default_rng()
+    cases = [(n, k_) for n in (2, 8, 9, 10, 27, 28, 100, 1000) for k_ in (2, 3)]
+    for n, k_ in cases + [(int(n), int(k_)) for n, k_ in zip(check_rng.integers(2, 1500, size=4),
+                                                             check_rng.integers(2, 6, size=4))]:
+        with calls_to(_dilated_layers) as calls:
+            got = int(dilated_path_length(n, k_))
+        assert not calls, "count the layers from k^L ≥ n: the answer ran this chapter's simulation"
+        expected = _dilated_layers(n, k_)
+        assert got == expected, f"n = {n}, k = {k_}: expected {expected} layers, got {got}"
 
 
 # %% CHECK the checks: a wrong answer must fail them
 assert fails(check_restricted_path_length, lambda n, r: math.ceil(n / r)), "accepted n/r (off by one hop)"
 assert fails(check_dilated_path_length, lambda n, k_: math.floor(math.log(n, k_))), "accepted ⌊log_k n⌋"
+assert fails(check_restricted_path_length, lambda n, r: max_path_length(lambda h, n_: band(n_, r // 2), n)), \
+    "check_restricted_path_length accepted this chapter's simulation"
+assert fails(check_dilated_path_length, _dilated_layers), "check_dilated_path_length accepted this chapter's simulation"
 
 # %%
 finish("11_why_self_attention", {check_restricted_path_length: "restricted_path_length",
