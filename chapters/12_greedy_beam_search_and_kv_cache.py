@@ -42,7 +42,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import minitensor as mt
-from _common import FAST, fails, finish, one_cpu_thread, show
+from _common import FAST, fails, finish, load_solutions, one_cpu_thread, show
 from minitensor import optim
 from transformer import LabelSmoothingLoss, Transformer, TransformerConfig, beam_search, fast_search, greedy_decode
 from transformer.masks import subsequent_mask
@@ -691,8 +691,10 @@ mt.assert_close(model_log_prob(net, test_src, fast_beam), log_p["beam 4"], atol=
 
 # %%
 def check_beam_trap(beam_trap) -> None:
-    """Exercise 2: beam k misses the exhaustive optimum, beam k + 1 finds it (α = 0, at most 4 output tokens)."""
-    for k_ in (1, 2, 3):
+    """Exercise 2: beam k misses the exhaustive optimum, beam k + 1 finds it (α = 0, at most 4 output tokens), for
+    k = 1 and two beam widths drawn afresh each call (one above 3): a construction, not a table of a few traps."""
+    check_rng = np.random.default_rng()
+    for k_ in (1, int(check_rng.integers(2, 4)), int(check_rng.integers(4, 6))):
         table = np.asarray(beam_trap(k_), dtype=np.float64)
         assert table.ndim == 2 and table.shape[0] == table.shape[1] <= 12, f"k = {k_}: a (V, V) table, V ≤ 12"
         assert np.allclose(np.logaddexp.reduce(table, axis=1), 0.0, atol=1e-6), "every row must be a log-distribution"
@@ -704,18 +706,37 @@ def check_beam_trap(beam_trap) -> None:
 
 
 def check_rerank(rerank) -> None:
-    """Exercise 3: the normalisation must count EOS in |Y|."""
+    """Exercise 3: the normalisation must count EOS in |Y|, on the lists below and on lists drawn afresh each call."""
     hyps = [([4, 5, 6, 7, 8, 9, 4, 5, 6], -3.0), ([4], -1.5), ([5, 6], -2.0)]
     assert list(rerank(hyps, 0.0)) == [4], "α = 0: raw log P"
     assert list(rerank(hyps, 0.6)) == [4], "α = 0.6: -1.5/lp(2) beats -3/lp(10)"
     assert list(rerank(hyps, 2.0)) == [4, 5, 6, 7, 8, 9, 4, 5, 6], "α = 2: long outputs win"
     assert list(rerank([([4, 4, 4], -1.96), ([4], -1.5)], 1.0)) == [4], "-1.96/lp(4) < -1.5/lp(2) with EOS counted"
+    check_rng = np.random.default_rng()
+    for _ in range(20):
+        drawn = [(list(check_rng.integers(4, 50, size=int(n))), float(-check_rng.uniform(0.1, 10)))
+                 for n in check_rng.integers(0, 15, size=int(check_rng.integers(2, 8)))]
+        a = float(check_rng.uniform(0, 2))
+        best = max(drawn, key=lambda h: h[1] / length_penalty(len(h[0]) + 1, a))[0]
+        assert list(rerank(drawn, a)) == best, f"α = {a:.2f}: the best of {drawn} (EOS counted) is {best}"
 
 
 # %% CHECK the checks: a wrong answer must fail them
 assert fails(check_beam_trap, lambda k_: trap), "accepted a trap that only fools greedy (k = 1)"
 assert fails(check_rerank, lambda hyps, a: max(hyps, key=lambda h: h[1] / length_penalty(len(h[0]), a))[0]), \
     "accepted a length that leaves out EOS"
+
+
+def _traps_for_the_fixed_widths(k_):                               # right for k = 1, 2, 3 only: a table of three traps
+    return load_solutions("12_greedy_beam_search_and_kv_cache").beam_trap(k_) if k_ <= 3 else trap
+
+
+def _rerank_for_the_fixed_lists(hyps, a):                           # right on the four fixed lists only
+    return hyps[0][0] if a >= 2 else min(hyps, key=lambda h: len(h[0]))[0]
+
+
+assert fails(check_beam_trap, _traps_for_the_fixed_widths), "check_beam_trap accepted traps for k ≤ 3 only"
+assert fails(check_rerank, _rerank_for_the_fixed_lists), "check_rerank accepted answers for its fixed lists only"
 
 # %%
 finish("12_greedy_beam_search_and_kv_cache", {check_beam_trap: "beam_trap", check_rerank: "rerank"})
