@@ -40,9 +40,10 @@ from collections import Counter
 import matplotlib.pyplot as plt
 import numpy as np
 from sacrebleu.metrics import BLEU
+from sacrebleu.metrics.helpers import extract_all_word_ngrams
 
 import minitensor as mt
-from _common import FAST, OUT, fails, finish, one_cpu_thread, show
+from _common import FAST, OUT, calls_to, fails, finish, one_cpu_thread, show
 from minitensor import optim
 from train.data.builtin_task import make_number_task
 from train.evaluate.scores import corpus_scores, paper_bleu, paper_tokenize
@@ -254,10 +255,15 @@ assert counted_average["mask"].dtype == bool and counted_average["mask"].tolist(
 
 # %%
 def check_bleu_stats(bleu_stats) -> None:
-    """Exercise 2: corpus BLEU from your statistics must equal sacreBLEU's."""
+    """Exercise 2: corpus BLEU from your statistics must equal sacreBLEU's; counted by hand, not by sacreBLEU's
+    statistics, its n-gram extraction or this project's BLEU."""
     matches, totals, c, r = np.zeros(4), np.zeros(4), 0, 0
+    library = (BLEU.corpus_score, BLEU.sentence_score, BLEU._extract_corpus_statistics, BLEU._compute_segment_statistics,
+               extract_all_word_ngrams, corpus_scores, paper_bleu, corpus_bleu)
     for hyp, ref in zip(hyps, refs):
-        m, t = bleu_stats(hyp.split(), ref.split(), 4)
+        with calls_to(*library) as calls:
+            m, t = bleu_stats(hyp.split(), ref.split(), 4)
+        assert not calls, f"count the clipped n-grams yourself: the answer called {dict(calls)}"
         matches, totals = matches + np.asarray(m), totals + np.asarray(t)
         c, r = c + len(hyp.split()), r + len(ref.split())
     score = 100 * np.exp(np.log(matches / totals).mean() + min(0.0, 1 - r / c))
@@ -301,6 +307,14 @@ def _unclipped(h, rf, max_n):
 
 
 assert fails(check_bleu_stats, _unclipped), "check_bleu_stats accepted unclipped counts"
+
+
+def _stats_from_sacrebleu(h, rf, max_n):                            # the right counts, by sacreBLEU
+    score = BLEU(tokenize="none", max_ngram_order=max_n).corpus_score([" ".join(h)], [[" ".join(rf)]])
+    return score.counts, score.totals
+
+
+assert fails(check_bleu_stats, _stats_from_sacrebleu), "check_bleu_stats accepted sacreBLEU's own statistics"
 def _all_in_memory(checkpoints):                                # right numbers, but all five held at once
     everything = list(checkpoints)
     return {name: (sum(c[name].astype(np.float64) for c in everything) / len(everything)).astype(c[name].dtype)
