@@ -209,39 +209,59 @@ assert ours_len < 0.5 * np.mean([len(s) + 1 for s in test]), "BPE halves the len
 #    words {symbols: count}. `check_wordpiece_best_pair(fn)` compares it with a direct search.
 
 # %%
+FIXED_WORDS = ("es", "liegen", "Tisch", "dreihundert", "auf", "zweiundvierzig", "Äpfel")
+
+
+def _merges_until_one_token(word):
+    """The smallest n with one token under the first n merges (None: never), by learning the merges one by one."""
+    symbols = tuple("▁" + word)
+    for n, pair in enumerate(merges, start=1):
+        symbols = merge_pair(symbols, pair)
+        if len(symbols) == 1:
+            return n
+    return None
+
+
 def check_merges_needed(merges_needed) -> None:
-    """Exercise 2: the smallest n with one token under the first n merges (None: never)."""
-    for word in ("es", "liegen", "Tisch", "dreihundert", "auf", "zweiundvierzig", "Äpfel"):
-        symbols, expected = tuple("▁" + word), None
-        for n, pair in enumerate(merges, start=1):                  # learn the merges one by one
-            symbols = merge_pair(symbols, pair)
-            if len(symbols) == 1:
-                expected = n
-                break
-        got = merges_needed(word, merges)
+    """Exercise 2: the smallest n with one token under the first n merges (None: never), for fixed words and
+    training words drawn afresh each call."""
+    vocabulary = sorted({w for s in corpus for w in s.split()})
+    drawn = [vocabulary[i] for i in np.random.default_rng().choice(len(vocabulary), size=5, replace=False)]
+    for word in FIXED_WORDS + tuple(drawn):
+        got, expected = merges_needed(word, merges), _merges_until_one_token(word)
         assert got == expected, f"{word!r}: {got}, expected {expected}"
 
 
 def check_wordpiece_best_pair(wordpiece_best_pair) -> None:
-    """Exercise 3: on this chapter's corpus after 30 merges, against a search over all pairs."""
-    words = {tuple("▁" + w): n for w, n in Counter(w for s in corpus for w in s.split()).items()}
-    for pair in merges[:30]:
-        words = {merge_pair(symbols, pair): n for symbols, n in words.items()}
-    pairs, singles = pair_counts(words), Counter()
-    for symbols, n in words.items():
-        for symbol in symbols:
-            singles[symbol] += n
-    expected = max(pairs, key=lambda p: (pairs[p] / (singles[p[0]] * singles[p[1]]), p))
-    score = lambda p: pairs[p] / (singles[p[0]] * singles[p[1]])             # noqa: E731
-    got = tuple(wordpiece_best_pair(words))
-    assert got in pairs and np.isclose(score(got), score(expected)), f"{got} scores {score(got):.2e}, " \
-                                                                         f"best is {expected} with {score(expected):.2e}"
+    """Exercise 3: on this chapter's corpus after 30 merges and after a number of merges drawn afresh each call,
+    against a search over all pairs."""
+    for learned in (30, int(np.random.default_rng().integers(0, 80))):
+        words = {tuple("▁" + w): n for w, n in Counter(w for s in corpus for w in s.split()).items()}
+        for pair in merges[:learned]:
+            words = {merge_pair(symbols, pair): n for symbols, n in words.items()}
+        pairs, singles = pair_counts(words), Counter()
+        for symbols, n in words.items():
+            for symbol in symbols:
+                singles[symbol] += n
+        expected = max(pairs, key=lambda p: (pairs[p] / (singles[p[0]] * singles[p[1]]), p))
+        score = lambda p: pairs[p] / (singles[p[0]] * singles[p[1]])             # noqa: E731
+        got = tuple(wordpiece_best_pair(words))
+        assert got in pairs and np.isclose(score(got), score(expected)), \
+            f"after {learned} merges: {got} scores {score(got):.2e}, best is {expected} with {score(expected):.2e}"
 
 
 # %% CHECK the checks: a wrong answer must fail them
 assert fails(check_merges_needed, lambda word, ms: len(word)), "accepted the word length"
 assert fails(check_wordpiece_best_pair, lambda words: max(pair_counts(words).items(), key=lambda kv: kv[1])[0]), \
     "accepted BPE's rule"
+
+
+def _answers_for_the_fixed_words(word, ms):                           # a table: right for the fixed words only
+    return {w: _merges_until_one_token(w) for w in FIXED_WORDS}.get(word, 1)
+
+
+assert fails(check_merges_needed, _answers_for_the_fixed_words), "check_merges_needed accepted a table of fixed words"
+# check_wordpiece_best_pair: any search over the pairs is a right method; its wrong answers are wrong scores (BPE's).
 
 # %%
 finish("14_byte_pair_encoding", {check_merges_needed: "merges_needed", check_wordpiece_best_pair: "wordpiece_best_pair"})
