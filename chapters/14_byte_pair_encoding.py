@@ -257,7 +257,7 @@ assert fails(check_wordpiece_best_pair, lambda words: max(pair_counts(words).ite
 
 
 def _answers_for_the_fixed_words(word, ms):                           # a table: right for the fixed words only
-    return {w: _merges_until_one_token(w) for w in FIXED_WORDS}.get(word, 1)
+    return {w: _merges_until_one_token(w) for w in FIXED_WORDS}.get(word, -1)
 
 
 assert fails(check_merges_needed, _answers_for_the_fixed_words), "check_merges_needed accepted a table of fixed words"
