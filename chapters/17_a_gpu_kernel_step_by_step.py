@@ -50,7 +50,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import minitensor as mt
-from _common import FAST, fails, finish, numba_cuda, show
+from _common import FAST, calls_to, fails, finish, numba_cuda, show
 from minitensor.kernels.matmul_forward.reference import matmul_forward_ref
 
 cuda, ON_GPU = numba_cuda()                  # before anything else imports numba.cuda
@@ -413,10 +413,14 @@ def check_any_size(matmul_any_size) -> None:
 
 
 def check_c_owner(c_owner) -> None:
-    """Exercise 3: c_owner(c_position(lane, i)) == (lane, i) for every lane and element."""
+    """Exercise 3: c_owner(c_position(lane, i)) == (lane, i) for every lane and element; inverted by hand, not
+    by searching c_position's lanes."""
     for lane in range(32):
         for i in range(4):
-            got = tuple(c_owner(*c_position(lane, i)))
+            row, col = c_position(lane, i)
+            with calls_to(c_position) as calls:
+                got = tuple(c_owner(row, col))
+            assert not calls, "invert the layout's formula: the answer searched c_position's lanes"
             assert got == (lane, i), f"C{c_position(lane, i)} is held by lane {lane}, element {i}; got {got}"
 
 
@@ -431,6 +435,9 @@ assert fails(check_any_size, lambda x, y, tile: x @ y), "check_any_size accepted
 assert fails(check_any_size, lambda x, y, tile: np.dot(x, y)), "check_any_size accepted np.dot on the host"
 assert fails(check_c_owner, lambda row, col: (4 * (row & 7) + col // 2, (col & 1) + 2 * (row >> 3) + 1)), \
     "check_c_owner accepted a wrong element index"
+assert fails(check_c_owner, lambda row, col: next((lane, i) for lane in range(32) for i in range(4)
+                                                  if c_position(lane, i) == (row, col))), \
+    "check_c_owner accepted a search of c_position"
 
 # %%
 finish("17_a_gpu_kernel_step_by_step", {check_any_size: "matmul_any_size", check_c_owner: "c_owner"})

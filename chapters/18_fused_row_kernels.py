@@ -467,16 +467,18 @@ else:
 
 # %%
 def check_welford_merge(welford_merge) -> None:
-    """Exercise 2: merged states equal the whole row's (n, mean, M2), including an empty piece."""
-    check_rng = np.random.default_rng(18)
-    values = check_rng.standard_normal(40) * 3 + 7
-    for cut in (0, 1, 13, 39):
+    """Exercise 2: merged states equal the whole row's (n, mean, M2), including an empty piece, on rows drawn
+    afresh each call far from zero (mean ~1e8), where merging by sums of squares loses every digit of M2."""
+    check_rng = np.random.default_rng()
+    values = check_rng.standard_normal(40) * 3 + check_rng.uniform(1e7, 1e8)
+    for cut in (0, 1, int(check_rng.integers(2, 39)), 39):
         left, right = values[:cut], values[cut:]
         states = [(len(p), p.mean() if len(p) else 0.0, ((p - p.mean()) ** 2).sum() if len(p) else 0.0)
                   for p in (left, right)]
         n, mean, m2 = welford_merge(*states)
-        assert n == 40 and abs(mean - values.mean()) < 1e-9, f"cut at {cut}: n {n}, mean {mean}"
-        assert abs(m2 - ((values - values.mean()) ** 2).sum()) < 1e-8, f"cut at {cut}: M2 {m2}"
+        assert n == 40 and abs(mean - values.mean()) < 1e-12 * abs(values.mean()), f"cut at {cut}: n {n}, mean {mean}"
+        exact = ((values - values.mean()) ** 2).sum()
+        assert abs(m2 - exact) < 1e-6 * exact, f"cut at {cut}: M2 {m2}, expected {exact}"
 
 
 def check_online_logsumexp(online_logsumexp) -> None:
@@ -512,6 +514,15 @@ with np.errstate(over="ignore", divide="ignore"):
         "accepted an overflowing logsumexp"
 assert fails(check_online_logsumexp, _two_passes), "check_online_logsumexp accepted a max pass then a sum pass"
 assert fails(check_welford_merge, _merge_without_the_cross_term), "check_welford_merge accepted M2a + M2b"
+
+
+def _merge_by_sums_of_squares(a, b):                            # right in exact arithmetic: Σx² − n·mean², cancelling
+    n = a[0] + b[0]
+    mean = (a[0] * a[1] + b[0] * b[1]) / n
+    return n, mean, (a[2] + a[0] * a[1] ** 2) + (b[2] + b[0] * b[1] ** 2) - n * mean ** 2
+
+
+assert fails(check_welford_merge, _merge_by_sums_of_squares), "check_welford_merge accepted a merge by sums of squares"
 
 # %%
 finish("18_fused_row_kernels", {check_welford_merge: "welford_merge", check_online_logsumexp: "online_logsumexp"})
