@@ -467,30 +467,35 @@ assert scores.bleu_signature.startswith("nrefs:1|case:mixed|eff:no|tok:13a"), "r
 ARRAYS = ("src_ids", "src_offsets", "tgt_ids", "tgt_offsets")
 
 
-def _damaged_copy(case):
-    """A copy of the four arrays of this chapter's folder, damaged one way (`case`), under chapters/_out."""
+def _damaged_copy(case, check_rng):
+    """A copy of the four arrays of this chapter's folder, damaged one way (`case`) in the back half of the
+    arrays, at a place drawn with `check_rng`, under chapters/_out."""
     folder = OUT / "21_damaged" / case
     folder.mkdir(parents=True, exist_ok=True)
     arrays_ = {name: np.load(prepared.folder / f"{name}.npy") for name in ARRAYS}
     if case == "ids cut short":
         arrays_["tgt_ids"] = arrays_["tgt_ids"][:-7]                      # the end of a copy that stopped early
     elif case == "offsets out of order":
-        arrays_["src_offsets"][[3, 4]] = arrays_["src_offsets"][[4, 3]]
+        at = int(check_rng.integers(len(arrays_["src_offsets"]) // 2, len(arrays_["src_offsets"]) - 2))
+        arrays_["src_offsets"][[at, at + 1]] = arrays_["src_offsets"][[at + 1, at]]
     elif case == "sides of different lengths":
         arrays_["tgt_offsets"] = arrays_["tgt_offsets"][:-1]
     elif case == "an id past the vocabulary":
-        arrays_["src_ids"][11] = 400                                      # from a tokenizer with more pieces
+        at = int(check_rng.integers(len(arrays_["src_ids"]) // 2, len(arrays_["src_ids"])))
+        arrays_["src_ids"][at] = 400                                      # from a tokenizer with more pieces
     for name, array in arrays_.items():
         np.save(folder / f"{name}.npy", array)
     return folder
 
 
 def check_validate_prepared(validate_prepared) -> None:
-    """Exercise 2: this chapter's folder passes; each of four damaged copies raises ValueError."""
+    """Exercise 2: this chapter's folder passes; each of four damaged copies raises ValueError, the damage at a
+    place drawn afresh each call (a check of the first entries only misses it)."""
     validate_prepared(prepared.folder, 400)
+    check_rng = np.random.default_rng()
     for case in ("ids cut short", "offsets out of order", "sides of different lengths", "an id past the vocabulary"):
         try:
-            validate_prepared(_damaged_copy(case), 400)
+            validate_prepared(_damaged_copy(case, check_rng), 400)
         except ValueError:
             continue
         raise AssertionError(f"a folder with {case} passed validate_prepared")
@@ -516,7 +521,16 @@ def _lengths_only(folder, vocab_size):                              # misses off
         raise ValueError("the sides hold different numbers of sentences")
 
 
+def _first_entries_only(folder, vocab_size):                        # the lengths, and order and ids at the start only
+    _lengths_only(folder, vocab_size)
+    loaded = {name: np.load(folder / f"{name}.npy", mmap_mode="r") for name in ARRAYS}
+    for side in ("src", "tgt"):
+        if np.any(np.diff(loaded[f"{side}_offsets"][:20]) < 0) or int(loaded[f"{side}_ids"][:50].max()) >= vocab_size:
+            raise ValueError(f"{side}: damaged at the start")
+
+
 assert fails(check_validate_prepared, _lengths_only), "check_validate_prepared accepted a check of the lengths alone"
+assert fails(check_validate_prepared, _first_entries_only), "check_validate_prepared accepted a check of the first entries"
 assert fails(check_split_compounds, lambda s: s.replace("-", " ##AT##-##AT## ")), "accepted splitting every hyphen"
 assert fails(check_split_compounds, split_compounds), "check_split_compounds accepted the library's own function"
 

@@ -49,7 +49,7 @@ from collections import Counter
 import matplotlib.pyplot as plt
 import numpy as np
 
-from _common import CHAPTERS, FAST, OUT, fails, finish, one_cpu_thread, show
+from _common import CHAPTERS, FAST, OUT, calls_to, fails, finish, one_cpu_thread, show
 from train import config as config_lib
 from train.data.files import shared_data_dir
 from train.parsing import evalb
@@ -520,19 +520,23 @@ assert best_post > 18.20 + 10, "the cured post-norm parses far better than right
 
 # %%
 def check_crossing(crossing) -> None:
-    """Exercise 2: against train.parsing.evalb's crossing count, gold vs right-branching and vs damaged parses."""
+    """Exercise 2: against train.parsing.evalb's crossing count, gold vs right-branching and vs damaged parses;
+    counted by the answer, not by EVALB's own code."""
     damaged, _ = scoring.parses_from_outputs(noisy_outputs, gold)
     for test_trees in (baseline, damaged):
         for g, t in zip(gold, test_trees):
             expected = evalb.score_sentence(str(g), str(t)).crossing
-            got = crossing(brackets(str(g))[0], brackets(str(t))[0])
+            with calls_to(evalb.score_sentence, evalb.evaluate, evalb._crosses) as calls:
+                got = crossing(brackets(str(g))[0], brackets(str(t))[0])
+            assert not calls, f"count the crossings yourself: the answer called EVALB's {dict(calls)}"
             assert got == expected, f"{got} vs EVALB {expected}: {t}"
     assert sum(crossing(brackets(str(g))[0], brackets(str(t))[0]) for g, t in zip(gold, baseline)) > 0, \
         "right-branching trees do cross"
 
 
 def check_well_formed(well_formed) -> None:
-    """Exercise 3: True exactly when delinearise does not repair, on clean and damaged linearisations."""
+    """Exercise 3: True exactly when delinearise does not repair, on clean and damaged linearisations; decided by
+    the answer, not by running delinearise."""
     check_rng = np.random.default_rng(1)
     cases = 0
     for tree in gold:
@@ -540,7 +544,10 @@ def check_well_formed(well_formed) -> None:
         for sequence in (tokens_, drop_tokens(tokens_, 0.05, check_rng), tokens_[:1] + ["(NP", ")NP"] + tokens_[1:],
                          [t.replace(")NP", ")PP") for t in tokens_]):
             expected = not trees.delinearise(sequence, tree.words(), tree.tags())[1]
-            assert well_formed(sequence, len(tree.words())) == expected, f"{expected} expected for {sequence}"
+            with calls_to(trees.delinearise) as calls:
+                got = well_formed(sequence, len(tree.words()))
+            assert not calls, "walk the brackets yourself: the answer ran delinearise"
+            assert got == expected, f"{expected} expected for {sequence}"
             cases += 1
     assert cases >= 8, f"the check must try at least 8 token sequences, tried {cases}"
 
@@ -561,6 +568,10 @@ def _balanced_only(sequence, n_words):                   # counts brackets, igno
 
 assert fails(check_crossing, _overlaps), "check_crossing accepted counting nested brackets as crossing"
 assert fails(check_well_formed, _balanced_only), "check_well_formed accepted a check that ignores labels"
+assert fails(check_crossing, lambda g, t: sum(any(evalb._crosses(a, b) for a in g) for b in t)), \
+    "check_crossing accepted EVALB's own crossing test"
+assert fails(check_well_formed, lambda seq, n: not trees.delinearise(seq, [w for w in seq if w[0] not in "()"])[1]), \
+    "check_well_formed accepted running delinearise"
 
 # %%
 finish("22_parsing_as_translation", {check_crossing: "crossing", check_well_formed: "well_formed"})

@@ -50,7 +50,7 @@ import shutil
 import matplotlib.pyplot as plt
 import numpy as np
 
-from _common import CHAPTERS, FAST, OUT, fails, finish, one_cpu_thread, show
+from _common import CHAPTERS, FAST, OUT, calls_to, fails, finish, one_cpu_thread, show
 from train import config as config_lib
 from train.config import RunConfig
 from train.experiments import ablate
@@ -333,11 +333,14 @@ assert [claim for claim, held in claims.items() if not held] == ["too many heads
 
 # %%
 def check_scale_variant(scale_variant) -> None:
-    """Exercise 2: the same configs as ablate_grid.expand for the demo, Multi30k and a made-up base."""
+    """Exercise 2: the same configs as ablate_grid.expand for the demo, Multi30k and a made-up base; scaled by the
+    answer, not by the library's scaled_model or expand."""
     made_up = RunConfig(model=TransformerConfig(vocab_size=100, N=4, d_model=128, d_ff=384, h=2))
     for config in (demo, config_lib.load(CONFIGS / "multi30k.toml"), made_up):
         for variant in ablate_grid.expand(config):
-            got = scale_variant(config.model, dict(variant.paper.changes))
+            with calls_to(ablate_grid.scaled_model, ablate_grid.expand, ablate_grid.expand_recipe) as calls:
+                got = scale_variant(config.model, dict(variant.paper.changes))
+            assert not calls, f"write the scaling rule yourself: the answer called {dict(calls)}"
             assert got == variant.config.model, f"{variant.id} at {config.name}: {got} vs {variant.config.model}"
 
 
@@ -348,7 +351,10 @@ def check_count_parameters(count) -> None:
                   {"tie_embeddings": False, "positional": "learned", "norm": "pre", "h": 4, "d_k": 3, "d_v": 5}):
         config = base.replace(**extra)
         built = Transformer(config, np.random.default_rng(0)).num_parameters()
-        assert count(config) == built, f"{extra}: {count(config)} vs {built} built"
+        with calls_to(Transformer.__init__, Transformer.num_parameters, ablate_grid.count_parameters) as calls:
+            got = count(config)
+        assert not calls, f"count the parameters by hand: the answer called {dict(calls)}"
+        assert got == built, f"{extra}: {got} vs {built} built"
 
 
 # %% CHECK the checks: a wrong answer must fail them
@@ -360,6 +366,10 @@ def _no_floor(base, changes):                                      # forgets "at
 
 assert fails(check_scale_variant, _no_floor), "check_scale_variant accepted a rule without the floor of 1"
 assert fails(check_count_parameters, params_by_hand), "check_count_parameters accepted the tied-only count"
+assert fails(check_scale_variant, lambda base, changes: ablate_grid.scaled_model(base, changes)[0]), \
+    "check_scale_variant accepted the library's scaled_model"
+assert fails(check_count_parameters, lambda config: Transformer(config, np.random.default_rng(0)).num_parameters()), \
+    "check_count_parameters accepted counting a built model"
 
 # %%
 finish("23_table_3_ablations", {check_scale_variant: "scale_variant", check_count_parameters: "count_parameters"})
