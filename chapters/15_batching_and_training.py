@@ -40,7 +40,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import minitensor as mt
-from _common import FAST, OUT, fails, finish, one_cpu_thread, show
+from _common import FAST, OUT, calls_to, fails, finish, one_cpu_thread, show
 from minitensor import optim
 from train.data.batching import make_batches, pad_batch, padding_efficiency
 from train.data.builtin_task import make_number_task
@@ -351,8 +351,11 @@ assert scores.bleu - blind.bleu > 20, \
 
 # %%
 def check_bucket_batches(bucket_batches) -> None:
-    """Exercise 2: coverage, budget, and padding efficiency close to the library's."""
-    got = [np.asarray(b, dtype=np.int64) for b in bucket_batches(src_len, tgt_len, 1024)]
+    """Exercise 2: coverage, budget, and padding efficiency close to the library's; bucketed by the answer, not
+    by the library's make_batches."""
+    with calls_to(make_batches) as calls:
+        got = [np.asarray(b, dtype=np.int64) for b in bucket_batches(src_len, tgt_len, 1024)]
+    assert not calls, "sort and cut the batches yourself: the answer called the library's make_batches"
     assert np.array_equal(np.sort(np.concatenate(got)), np.arange(len(src_len))), "every pair exactly once"
     for b in got:
         assert len(b) * src_len[b].max() <= 1024 and len(b) * tgt_len[b].max() <= 1024, "a batch is over budget"
@@ -400,6 +403,8 @@ def _random_batches(s, t, budget):                                  # no sorting
 
 
 assert fails(check_bucket_batches, _random_batches), "check_bucket_batches accepted unsorted batches"
+assert fails(check_bucket_batches, lambda s_len, t_len, budget: make_batches(s_len, t_len, budget)), \
+    "check_bucket_batches accepted the library's make_batches"
 assert fails(check_offset_is_right, lambda ti, to, b, e, p: bool((ti[:, 0] == b).all())), \
     "check_offset_is_right accepted a test that only looks at BOS"
 
