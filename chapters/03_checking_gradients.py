@@ -211,7 +211,7 @@ def check_central_difference(central_difference) -> None:
     eps=1e-6, which a one-sided (forward) difference does not reach."""
     check_rng = np.random.default_rng()
     x, a = check_rng.standard_normal((2, int(check_rng.integers(3, 6)), int(check_rng.integers(4, 7))))
-    x[0, 0] = check_rng.choice([-1, 1]) * check_rng.uniform(0.1, 0.9)     # where a forward difference misses Σx³'s
+    x[0, 0] = check_rng.choice([-1, 1]) * check_rng.uniform(0.1, 0.9)     # where a forward difference of Σx³ is off
     got = central_difference(lambda z: float(np.sum(a * np.tanh(z))), x.copy(), 1e-6)
     mt.assert_close(np.asarray(got), a * (1 - np.tanh(x) ** 2), name="∂/∂x Σ a·tanh(x)", atol=1e-8, rtol=1e-6)
     got = central_difference(lambda z: float(np.sum(z ** 3)), x.copy(), 1e-6)

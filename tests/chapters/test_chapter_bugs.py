@@ -471,6 +471,68 @@ PLANTED = [
           "    y = y * mt.tensor(gamma, dtype='float64')\n"
           "    (y * dy).sum().backward()\n    return leaf.grad\n",
           "08", "derive RMSNorm's dx by hand", ("--check-solutions",)),
+    Plant("an exercise answer that unbroadcasts by running autograd through Expand",
+          "chapters/solutions/01_arrays_and_broadcasting.py", "unbroadcast",
+          "    lead = grad.ndim - len(shape)\n",
+          "    import minitensor as mt\n    leaf = mt.tensor(np.zeros(shape), requires_grad=True, dtype='float64')\n"
+          "    (leaf.expand(grad.shape) * grad).sum().backward()\n    return leaf.grad\n",
+          "01", "the answer ran autograd (Tensor.backward)", ("--check-solutions",)),
+    Plant("an exercise answer that measures d(a^k)/da by a central difference",
+          "chapters/solutions/02_reverse_mode_autograd.py", "value_pow._backward",
+          "a.grad += k * a.data ** (k - 1) * out.grad",
+          "a.grad += ((a.data + 1e-6) ** k - (a.data - 1e-6) ** k) / 2e-6 * out.grad",
+          "02", "(k·a^(k−1), exactly)", ("--check-solutions",)),
+    Plant("an exercise answer that bisects the library's Noam schedule for the warm-up",
+          "chapters/solutions/04_modules_adam_and_noam.py", "warmup_for_peak",
+          "    return round(1.0 / (d_model * peak_lr ** 2))",
+          "    from minitensor import optim\n    low, high = 1, 10**8\n    while low < high:\n"
+          "        mid = (low + high) // 2\n"
+          "        low, high = (mid + 1, high) if optim.NoamSchedule(d_model, mid)(mid) > peak_lr else (low, mid)\n"
+          "    return low",
+          "04", "the answer ran the library's schedule", ("--check-solutions",)),
+    Plant("an exercise answer that reads PE(0)·PE(k) off the library's table",
+          "chapters/solutions/07_feed_forward_embeddings_positions.py", "pe_dot",
+          "    return float(np.cos(k * omega).sum())",
+          "    from transformer.positional import sinusoid_table\n"
+          "    table = sinusoid_table(abs(k) + 1, d_model).astype(np.float64)\n    return float(table[0] @ table[-1])",
+          "07", "the answer read the library's table", ("--check-solutions",)),
+    Plant("an exercise answer that counts dilated layers by the chapter's simulation",
+          "chapters/solutions/11_why_self_attention.py", "dilated_path_length",
+          "    layers, reach = 0, 1\n",
+          "    import __main__\n    return __main__._dilated_layers(n, k)\n",
+          "11", "the answer ran this chapter's simulation", ("--check-solutions",)),
+    Plant("an exercise answer that takes BLEU's clipped counts from sacreBLEU",
+          "chapters/solutions/13_bleu_and_checkpoint_averaging.py", "bleu_stats",
+          "    matches, totals = [], []\n",
+          "    from sacrebleu.metrics import BLEU\n"
+          "    score = BLEU(tokenize='none', max_ngram_order=max_n).corpus_score([' '.join(hyp_tokens)],\n"
+          "                                                                     [[' '.join(ref_tokens)]])\n"
+          "    return score.counts, score.totals\n",
+          "13", "count the clipped n-grams yourself", ("--check-solutions",)),
+    Plant("an exercise answer that finds an accumulator's owner by searching the lanes",
+          "chapters/solutions/17_a_gpu_kernel_step_by_step.py", "c_owner",
+          "    return 4 * (row & 7) + (col >> 1), (col & 1) + 2 * (row >> 3)",
+          "    import __main__\n"
+          "    return next((lane, i) for lane in range(32) for i in range(4) if __main__.c_position(lane, i) == (row, col))",
+          "17", "searched c_position's lanes", ("--check-solutions",)),
+    Plant("an exercise answer that merges Welford states through sums of squares",
+          "chapters/solutions/18_fused_row_kernels.py", "welford_merge",
+          "    return n, mean_a + delta * n_b / n, m2_a + m2_b + delta * delta * n_a * n_b / n",
+          "    mean = (n_a * mean_a + n_b * mean_b) / n\n"
+          "    return n, mean, (m2_a + n_a * mean_a ** 2) + (m2_b + n_b * mean_b ** 2) - n * mean ** 2",
+          "18", "M2", ("--check-solutions",)),
+    Plant("an exercise answer that decides well-formedness by running delinearise",
+          "chapters/solutions/22_parsing_as_translation.py", "well_formed",
+          "    stack, words = [], 0\n",
+          "    from train.parsing import trees\n"
+          "    return not trees.delinearise(tokens, [t for t in tokens if t[0] not in '()'])[1]\n",
+          "22", "the answer ran delinearise", ("--check-solutions",)),
+    Plant("an exercise answer that counts parameters by building the model",
+          "chapters/solutions/23_table_3_ablations.py", "count_parameters",
+          "    D, qk, v = c.d_model, c.h * c.d_k, c.h * c.d_v\n",
+          "    from transformer import Transformer\n    import numpy as np\n"
+          "    return Transformer(c, np.random.default_rng(0)).num_parameters()\n",
+          "23", "count the parameters by hand", ("--check-solutions",)),
 ]
 
 
