@@ -43,8 +43,8 @@ import numpy as np
 
 import minitensor as mt
 from _common import calls_to, fails, finish, hold_training_path, own_answer
-from transformer import attention as library_attention
-from transformer.attention import MultiHeadAttention
+from transformer.attention import MultiHeadAttention, merge_heads as library_merge_heads
+from transformer.attention import split_heads as library_split_heads
 from transformer.fused import split_heads as fused_split_heads
 
 rng = np.random.default_rng(0)
@@ -276,7 +276,7 @@ def check_split_merge(split_heads, merge_heads) -> None:
     check_rng = np.random.default_rng()
     Bc, Tc, hc, Kc = (int(n) for n in check_rng.integers(2, 6, size=4))
     xc = check_rng.standard_normal((Bc, Tc, hc * Kc))
-    with calls_to(library_attention.split_heads, library_attention.merge_heads, fused_split_heads) as calls:
+    with calls_to(library_split_heads, library_merge_heads, fused_split_heads) as calls:
         heads = np.asarray(split_heads(xc, hc))
         merged = np.asarray(merge_heads(heads))
     assert not calls, f"reshape the heads yourself: the answer called the library's {dict(calls)}"
@@ -320,7 +320,7 @@ def _one_head(x, wq, wk, wv, wo, h):                                # ignores h
 
 
 assert fails(check_split_merge, _split_wrong, _merge_wrong), "check_split_merge accepted interleaved heads"
-assert fails(check_split_merge, fused_split_heads, lambda x: np.asarray(library_attention.merge_heads(mt.tensor(x)))), \
+assert fails(check_split_merge, fused_split_heads, lambda x: np.asarray(library_merge_heads(mt.tensor(x)))), \
     "check_split_merge accepted the library's split_heads and merge_heads"
 assert fails(check_mhsa, _one_head), "check_mhsa accepted single-head attention"
 
