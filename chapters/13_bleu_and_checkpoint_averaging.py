@@ -18,7 +18,7 @@
 # comparable with it. First, **how BLEU was computed**: the paper's scores come
 # from tokenized text with compound splitting (tensor2tensor's
 # `get_ende_bleu.sh`), not from sacreBLEU's detokenized default; the same
-# output scores about 1.5 BLEU lower with sacreBLEU (tensor2tensor issue 317:
+# output scores about 1.5 BLEU lower with sacreBLEU (tensorflow/tensor2tensor issue 317:
 # 27.52 vs 29.02). We report sacreBLEU, with its signature, as the main number
 # and the paper-comparable score beside it (`train/evaluate/scores.py`). Second,
 # **which weights**: the average of the last checkpoints, not the last one.

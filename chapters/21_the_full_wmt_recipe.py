@@ -403,7 +403,7 @@ assert abs(12 * 3600 * 8 * 9.5e12 / 3.3e18 - 1) < 0.01, "Table 2's base cost is 
 # `Kluser-Ampel` is one token that a translation either gets exactly or not at
 # all; split, it is three tokens, and a translation that writes `Kluser Ampel`
 # still earns two unigram matches. German is full of compounds, so the split
-# score is higher: about 1.5 BLEU on the same output (tensor2tensor issue 317:
+# score is higher: about 1.5 BLEU on the same output (tensorflow/tensor2tensor issue 317:
 # 27.52 sacreBLEU vs 29.02 split). We have no WMT model here, so the
 # "system" below writes every hyphenated compound of the reference as two words.
 
