@@ -63,7 +63,10 @@ LINKS = {  # presets: published nccl-tests all_reduce_perf figures for 8 GPUs of
 
 
 # GB/s per GPU and direction, datasheets: V100 SXM2 6 NVLink 2 links, A100 SXM4 12 NVLink 3, H100/H200 SXM5 18 NVLink 4,
-# 25 GB/s each. DGX-2's V100s reach its NVSwitches over the same 6 links.
+# 25 GB/s each. DGX-2's V100s reach its NVSwitches over the same 6 links. DGX-1's hybrid cube-mesh (no switch) wires
+# them as three "interwoven rings of single NVLink connections" over its 8 V100s (NVIDIA's DGX-1 V100 white paper,
+# §3.1), so a ring over all 8 sees the same 150 GB/s: nccl-tests measures 129 GB/s ring bus bandwidth on such a
+# mesh (all_gather, 4 GB, 8 V100-SXM2, NVIDIA/nccl-tests#37).
 NVLINK_GBPS = {"V100": 150.0, "A100": 300.0, "H100": 450.0, "H200": 450.0}
 # nccl-tests ring bus bandwidth over line rate. NVLink: 370 of H100's 450 GB/s ("~20% protocol overhead", NCCL's
 # maintainer in NVIDIA/nccl-tests#212; NVLink SHARP reaches 480, not counted). Network: 46-48 GB/s per NDR 400 Gb/s
