@@ -69,8 +69,9 @@ LINKS = {  # presets: published nccl-tests all_reduce_perf figures for 8 GPUs of
 # mesh (all_gather, 4 GB, 8 V100-SXM2, NVIDIA/nccl-tests issue 37).
 NVLINK_GBPS = {"V100": 150.0, "A100": 300.0, "H100": 450.0, "H200": 450.0}
 # nccl-tests ring bus bandwidth over line rate. NVLink: 370 of H100's 450 GB/s ("~20% protocol overhead", NCCL's
-# maintainer in NVIDIA/nccl-tests issue 212; NVLink SHARP reaches 480, not counted). Network: 46-48 GB/s per NDR 400 Gb/s
-# adapter (NVIDIA/nccl-tests issue 290), 192 GB/s ring bus bandwidth on 2 DGX A100s' 8 × 200 Gb/s (NVIDIA/nccl issue 1576).
+# maintainer in NVIDIA/nccl-tests issue 212; NVLink SHARP reaches 480, not counted). Network: 46-48 GB/s per
+# NDR 400 Gb/s adapter (NVIDIA/nccl-tests issue 290), 192 GB/s ring bus bandwidth on 2 DGX A100s' 8 × 200 Gb/s
+# (NVIDIA/nccl issue 1576).
 NCCL_OF_NVLINK = 370.0 / 450.0
 NCCL_OF_NETWORK = 47.0 / 50.0
 NETWORKS = {  # GB/s a node sends: DGX A100 8 × ConnectX-6 HDR 200 Gb/s, DGX H100 8 × ConnectX-7 NDR 400 Gb/s (datasheets)
