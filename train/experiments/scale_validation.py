@@ -6,8 +6,11 @@ En-De, tokens/s averaged over an epoch at 1, 4, 8 (and 16) GPUs with a fixed `--
 GPU. Weak-scaling efficiency = tokens/s(n) / (n · tokens/s(1)). Two trainers:
 
   2022 tables (pytorch-22.06)  fairseq/ddp_trainer.py wraps the model in apex DistributedDataParallel
-      with its defaults: 10M-element buckets all-reduced during backward (overlap), in the model's
-      dtype (fp16 under AMP O2: 2 bytes a gradient; fp32/TF32: 4).
+      with its defaults: 10M-element buckets all-reduced during backward (overlap), in the gradients'
+      dtype. That is fp32 under --amp too: its --amp is torch.cuda.amp (autocast over the fp32 model,
+      GradScaler, apex FusedAdam on the same parameters), not apex AMP O2's fp16 model, so every 2022
+      row all-reduces 4 bytes a gradient in 40 MB buckets (the README's "Enabling mixed precision"
+      paragraph, which describes O2, predates that trainer).
   2019 tables (pytorch-19.0x)  fairseq/fp16_trainer.py and trainer.py: one flat all-reduce after
       backward (fp16 under --fp16); its overlap (--enable-parallel-backward-allred-opt) is opt-in and
       off in the published scripts.
@@ -30,7 +33,7 @@ from train.experiments.scale import embedding_bytes, node_link, parameter_count,
 from transformer.config import TransformerConfig
 
 MODEL = TransformerConfig.big().replace(vocab_size=33_712)          # fairseq's big_t2t with the 33,708 + 4 vocabulary
-APEX_BUCKET_MB = {2: 20.0, 4: 40.0}                                 # apex DDP message_size = 1e7 elements
+APEX_MESSAGE_SIZE = 10_000_000                                       # apex DDP's default bucket, in elements
 
 # batch_work on newstest2012-2017 (fairseq batching, pad 8, Transformer big): target tokens of a batch and
 # E[max of n batches' FLOPs] / mean, for each --max-tokens
@@ -48,7 +51,8 @@ class Setup:
     name: str
     gpu: str
     tokens_per_gpu: int
-    grad_bytes: int                  # bytes of one all-reduced gradient
+    grad_bytes: int                  # bytes of one all-reduced gradient: 4 in the 2022 trainer, AMP too
+                                     # (ddp_trainer.py @ d666f145: torch.cuda.amp, fp32 parameters)
     overlap: bool                    # buckets all-reduced during backward (apex DDP) or one flat all-reduce after
     tokens_per_s: dict               # GPUs -> published tokens/s
     source: str
@@ -60,17 +64,17 @@ class Setup:
 
 
 TABLE = (
-    Setup("DGX A100, AMP, 10,240 tokens a GPU", "A100", 10240, 2, True, {1: 82059, 4: 286081, 8: 551599},
+    Setup("DGX A100, AMP, 10,240 tokens a GPU", "A100", 10240, 4, True, {1: 82059, 4: 286081, 8: 551599},
           f"{NEW}, table 'Training performance: NVIDIA DGX A100 (8x A100 40GB)', mixed precision",
           {4: "held-out", 8: "fit"}),
     Setup("DGX A100, TF32, 10,240 tokens a GPU", "A100", 10240, 4, True, {1: 51057, 4: 179245, 8: 347936},
           f"{NEW}, table 'Training performance: NVIDIA DGX A100 (8x A100 40GB)', TF32", {4: "held-out", 8: "held-out"}),
-    Setup("DGX-1 V100, AMP, 5,120 tokens a GPU", "V100", 5120, 2, True, {1: 32942, 4: 109726, 8: 214656},
+    Setup("DGX-1 V100, AMP, 5,120 tokens a GPU", "V100", 5120, 4, True, {1: 32942, 4: 109726, 8: 214656},
           f"{NEW}, table 'Training performance: NVIDIA DGX-1 (8x V100 16GB)', mixed precision",
           {4: "held-out", 8: "held-out"}),
     Setup("DGX-1 V100, FP32, 2,560 tokens a GPU", "V100", 2560, 4, True, {1: 8742, 4: 30204, 8: 59316},
           f"{NEW}, table 'Training performance: NVIDIA DGX-1 (8x V100 16GB)', FP32", {4: "held-out", 8: "held-out"}),
-    Setup("DGX-2 V100, AMP, 10,240 tokens a GPU", "V100", 10240, 2, True,
+    Setup("DGX-2 V100, AMP, 10,240 tokens a GPU", "V100", 10240, 4, True,
           {1: 39911, 4: 137703, 8: 267815, 16: 517227},
           f"{NEW}, table 'Training performance: NVIDIA DGX-2 (16x V100 32GB)', mixed precision",
           {4: "held-out", 8: "held-out", 16: "held-out"}),
@@ -100,7 +104,7 @@ def _terms(setup: Setup, n: int) -> tuple[float, float]:
     """(step(1) in s, exposed all-reduce in s at n GPUs): the model's inputs besides the straggler."""
     step_s = TARGET_TOKENS[setup.tokens_per_gpu] / setup.tokens_per_s[1]
     grad_bytes = parameter_count(MODEL) * setup.grad_bytes
-    bucket_mb = APEX_BUCKET_MB[setup.grad_bytes] if setup.overlap else 0.0
+    bucket_mb = APEX_MESSAGE_SIZE * setup.grad_bytes / 1e6 if setup.overlap else 0.0
     row = project(step_s, grad_bytes, node_link(setup.gpu), bucket_mb, overlap=1.0 if setup.overlap else 0.0,
                   devices=[n], last_bucket_at_least=embedding_bytes(MODEL, setup.grad_bytes))[0]
     return step_s, row["exposed_ms"] / 1e3

@@ -69,8 +69,8 @@ def test_batches_of_one_budget_differ_in_work_and_fairseqs_more_than_ours():
     assert theirs.std() > 5 * mine.std()         # sorting by source length leaves the target side ragged
 
 
-# The model's open miss, named: NVIDIA's DGX-1 mixed-precision rows scale worse than predicted (+5.0, +5.1 points).
-# Not the DGX-1's NVLink mesh: the time missing is about the same for fp16 and fp32 gradients (twice the bytes).
+# The model's open miss, named: NVIDIA's DGX-1 mixed-precision rows scale worse than predicted (+4.7, +4.8 points).
+# Both DGX-1 setups all-reduce the same fp32 gradients and both lack about 7 ms a step; its cause is not found.
 KNOWN_MISSES = {("DGX-1 V100, AMP, 5,120 tokens a GPU", 4), ("DGX-1 V100, AMP, 5,120 tokens a GPU", 8)}
 
 
@@ -86,7 +86,7 @@ def test_a_pair_longer_than_the_budget_is_left_out_of_the_batches_not_an_error()
 
 
 def test_the_model_meets_the_published_table_it_was_not_fitted_on():
-    """Held-out MAE <= 2 points, no held-out row off by more than 4 (but the named misses, by less than 5.5), errors
+    """Held-out MAE <= 2 points, no held-out row off by more than 4 (but the named misses, by at most 5), errors
     of both signs; the 2019 rows the model covers within 5; one fit row, whose prediction is its published value."""
     v = scale_validation.validate()
     fit = [r for r in v["rows"] if r["role"] == "fit"]
@@ -98,11 +98,11 @@ def test_the_model_meets_the_published_table_it_was_not_fitted_on():
     assert v["held_out_mae"] <= 2.0, errors
     assert min(errors.values()) < 0 < max(errors.values())
     for key, error in errors.items():
-        assert abs(error) <= (5.5 if key in KNOWN_MISSES else 4.0), (key, error)
+        assert abs(error) <= (5.0 if key in KNOWN_MISSES else 4.0), (key, error)
         if key[0].startswith("2019"):
             assert abs(error) <= 5.0, (key, error)
     assert all(r["why"] for r in v["rows"] if not r["covered"])
-    assert v["straggler_scale"] == pytest.approx(1.91, abs=0.01)        # λ, from the fit row alone
+    assert v["straggler_scale"] == pytest.approx(1.84, abs=0.01)        # λ, from the fit row alone
 
 
 def test_the_table_is_the_published_numbers_with_their_sources():
@@ -114,6 +114,8 @@ def test_the_table_is_the_published_numbers_with_their_sources():
         assert "d666f14553125df590224ac11f12ba43fffbf1dc" in row["source"] or "0053b4b88862846fa74df947282a079898d09125" \
             in row["source"], row
     assert sum(r["role"] == "fit" for r in rows.values()) <= 2
+    # the 2022 trainer's --amp is torch.cuda.amp over fp32 parameters: every 2022 row all-reduces fp32 gradients
+    assert {s.grad_bytes for s in scale_validation.TABLE if "d666f14553125df590224ac11f12ba43fffbf1dc" in s.source} == {4}
 
 
 @needs_newstest
