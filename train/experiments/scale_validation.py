@@ -3,14 +3,17 @@
 NVIDIA DeepLearningExamples, PyTorch/Translation/Transformer: fairseq's Transformer big
 (`transformer_wmt_en_de_big_t2t`, shared embeddings, 33,712 tokens: 211M parameters) on WMT'14
 En-De, tokens/s averaged over an epoch at 1, 4, 8 (and 16) GPUs with a fixed `--max-tokens` per
-GPU. Weak-scaling efficiency = tokens/s(n) / (n · tokens/s(1)). Two trainers:
+GPU. Weak-scaling efficiency = tokens/s(n) / (n · tokens/s(1)). Three trainers:
 
   2022 tables (pytorch-22.06)  fairseq/ddp_trainer.py wraps the model in apex DistributedDataParallel
       with its defaults: 10M-element buckets all-reduced during backward (overlap), in the gradients'
       dtype. That is fp32 under --amp too: its --amp is torch.cuda.amp (autocast over the fp32 model,
-      GradScaler, apex FusedAdam on the same parameters), not apex AMP O2's fp16 model, so every 2022
-      row all-reduces 4 bytes a gradient in 40 MB buckets (the README's "Enabling mixed precision"
-      paragraph, which describes O2, predates that trainer).
+      GradScaler, apex FusedAdam on the same parameters), so every 2022 row all-reduces 4 bytes a
+      gradient in 40 MB buckets. (The README's "Enabling mixed precision" paragraph still describes
+      apex AMP O2, the 2020 trainer's.)
+  2020 tables (pytorch-20.06)  the same ddp_trainer.py and apex DDP, but --amp is apex amp.initialize
+      at O2: the model itself is fp16, so its mixed-precision rows all-reduce 2 bytes a gradient in
+      20 MB buckets; TF32/FP32 rows 4 bytes.
   2019 tables (pytorch-19.0x)  fairseq/fp16_trainer.py and trainer.py: one flat all-reduce after
       backward (fp16 under --fp16); its overlap (--enable-parallel-backward-allred-opt) is opt-in and
       off in the published scripts.
@@ -43,6 +46,7 @@ STRAGGLER = {2560: {4: 1.0652, 8: 1.0726}, 5120: {4: 1.0658, 8: 1.0769, 16: 1.07
 
 DLE = "NVIDIA/DeepLearningExamples PyTorch/Translation/Transformer/README.md"
 NEW = f"{DLE} @ d666f14553125df590224ac11f12ba43fffbf1dc (pytorch-22.06)"
+MID = f"{DLE} @ 2de29455a696b5608e24daa95f579f689b2d59e1 (pytorch-20.06, apex AMP O2)"
 OLD = f"{DLE} @ 0053b4b88862846fa74df947282a079898d09125 (2019, custom fp16 trainer)"
 
 
@@ -52,7 +56,8 @@ class Setup:
     gpu: str
     tokens_per_gpu: int
     grad_bytes: int                  # bytes of one all-reduced gradient: 4 in the 2022 trainer, AMP too
-                                     # (ddp_trainer.py @ d666f145: torch.cuda.amp, fp32 parameters)
+                                     # (ddp_trainer.py @ d666f145: torch.cuda.amp, fp32 parameters); 2 under
+                                     # the 2020 trainer's apex AMP O2 (@ 2de29455: amp.initialize, fp16 model)
     overlap: bool                    # buckets all-reduced during backward (apex DDP) or one flat all-reduce after
     tokens_per_s: dict               # GPUs -> published tokens/s
     source: str
@@ -80,6 +85,23 @@ TABLE = (
           {4: "held-out", 8: "held-out", 16: "held-out"}),
     Setup("DGX-2 V100, FP32, 5,120 tokens a GPU", "V100", 5120, 4, True, {1: 9827, 4: 35216, 8: 68929, 16: 136253},
           f"{NEW}, table 'Training performance: NVIDIA DGX-2 (16x V100 32GB)', FP32",
+          {4: "held-out", 8: "held-out", 16: "held-out"}),
+    Setup("2020 DGX A100, AMP O2, 10,240 tokens a GPU", "A100", 10240, 2, True, {1: 82618, 4: 298741, 8: 582721},
+          f"{MID}, table 'Training performance: NVIDIA DGX A100 (8x A100 40GB)', mixed precision",
+          {4: "held-out", 8: "held-out"}),
+    Setup("2020 DGX A100, TF32, 10,240 tokens a GPU", "A100", 10240, 4, True, {1: 45755, 4: 161980, 8: 316913},
+          f"{MID}, table 'Training performance: NVIDIA DGX A100 (8x A100 40GB)', TF32", {4: "held-out", 8: "held-out"}),
+    Setup("2020 DGX-1 V100, AMP O2, 5,120 tokens a GPU", "V100", 5120, 2, True, {1: 33468, 4: 115269, 8: 223245},
+          f"{MID}, table 'Training performance: NVIDIA DGX-1 (8x V100 16GB)', mixed precision",
+          {4: "held-out", 8: "held-out"}),
+    Setup("2020 DGX-1 V100, FP32, 2,560 tokens a GPU", "V100", 2560, 4, True, {1: 8498, 4: 29674, 8: 58742},
+          f"{MID}, table 'Training performance: NVIDIA DGX-1 (8x V100 16GB)', FP32", {4: "held-out", 8: "held-out"}),
+    Setup("2020 DGX-2 V100, AMP O2, 10,240 tokens a GPU", "V100", 10240, 2, True,
+          {1: 40163, 4: 141143, 8: 269464, 16: 510267},
+          f"{MID}, table 'Training performance: NVIDIA DGX-2 (16x V100 32GB)', mixed precision",
+          {4: "held-out", 8: "held-out", 16: "held-out"}),
+    Setup("2020 DGX-2 V100, FP32, 5,120 tokens a GPU", "V100", 5120, 4, True, {1: 9779, 4: 35168, 8: 68829, 16: 130867},
+          f"{MID}, table 'Training performance: NVIDIA DGX-2 (16x V100 32GB)', FP32",
           {4: "held-out", 8: "held-out", 16: "held-out"}),
     Setup("2019 DGX-1 V100, FP32, 2,560 tokens a GPU", "V100", 2560, 4, False, {1: 7635, 4: 26647, 8: 53641},
           f"{OLD}, table 'NVIDIA DGX-1 (8x V100 16G)', FP32", {4: "held-out", 8: "held-out"}),
@@ -148,5 +170,6 @@ def format_validation(v: dict) -> list[str]:
         lines.append(f"  {r['setup']:44s} {r['gpus']:>4} {100 * r['published']:>8.1f}% {100 * r['predicted']:>8.1f}% "
                      f"{100 * (r['predicted'] - r['published']):>+6.1f}  {role}")
     lines.append(f"  held-out mean absolute error: {v['held_out_mae']:.1f} points (covered rows)")
-    lines.append(f"  sources: {DLE}; 2022 tables at d666f14553125df590224ac11f12ba43fffbf1dc, 2019 at 0053b4b88862846fa74df947282a079898d09125")
+    lines.append(f"  sources: {DLE}; 2022 tables at d666f14553125df590224ac11f12ba43fffbf1dc, 2020 at "
+                 f"2de29455a696b5608e24daa95f579f689b2d59e1, 2019 at 0053b4b88862846fa74df947282a079898d09125")
     return lines
