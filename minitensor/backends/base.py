@@ -84,6 +84,12 @@ class Backend:
         """
         out_dtype = np.dtype(out_dtype or (a.dtype if out is None else out.dtype))
         xp = self.xp
+        if out is not None and bias is None and not is_half(a.dtype) and out.dtype == a.dtype == b.dtype:
+            if accumulate:
+                out += xp.matmul(a, b)                         # one temporary, one pass adding it
+            else:
+                xp.matmul(a, b, out=out)                       # written where out lies, no temporary
+            return out
         if is_half(a.dtype):                                   # NumPy's own float16 matmul rounds as it sums
             c = xp.matmul(self.cast(a, np.float32), self.cast(b, np.float32))
             if bias is not None:
