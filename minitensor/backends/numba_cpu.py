@@ -6,10 +6,14 @@ version is the one used here.
 """
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numba
 
 from .base import kernels_from
 from .numpy_backend import NumpyBackend
+
+KEPT_DRAWS_BYTES = 256 * 2**20  # draws kept for backwards: one float32 array per dropout of a step (12 MB on Multi30k)
 
 
 @kernels_from("numba_cpu")
@@ -25,3 +29,22 @@ class NumbaBackend(NumpyBackend):
         # the workqueue layer's workers sleep. Numba fixes the layer at its first parallel
         # launch, so this must happen before then: the backend is made before its kernels run.
         numba.config.THREADING_LAYER = "workqueue"
+        self._kept_draws = OrderedDict()  # (seed, shape, time_major) -> read-only draws, oldest first
+
+    def draws(self, seed: int, shape, time_major: bool = False):
+        """Backend.draws, each set kept for one more request: a backward asks for the draws its forward made
+        (same seed, shape, layout: dropout's mask is recomputed from its seed) and gets them without drawing
+        again. The draws are a function of the key, so keeping them changes no value; they are read-only so
+        no caller can change them. At most KEPT_DRAWS_BYTES are kept (a forward without a backward leaves its
+        draws behind: the oldest go first)."""
+        key = (seed, tuple(shape), time_major)
+        u = self._kept_draws.pop(key, None)
+        if u is not None:
+            return u
+        u = super().draws(seed, shape, time_major)
+        u.flags.writeable = False
+        self._kept_draws[key] = u
+        kept = sum(a.nbytes for a in self._kept_draws.values())
+        while kept > KEPT_DRAWS_BYTES:
+            kept -= self._kept_draws.popitem(last=False)[1].nbytes
+        return u
