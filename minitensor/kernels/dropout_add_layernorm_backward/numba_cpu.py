@@ -17,6 +17,17 @@ from numba import get_num_threads, njit, prange
 from ..numba_draws import draw_rows, logical_row
 
 
+@njit(inline="always")
+def sum_chunks(partial, sums):
+    """sums[k, j] = Σ_c partial[c, k, j], the chunks in order (the same sums for any number of threads)."""
+    for k in range(partial.shape[1]):
+        for j in range(partial.shape[2]):
+            total = 0.0
+            for c in range(partial.shape[0]):
+                total += partial[c, k, j]
+            sums[k, j] = total
+
+
 @njit(cache=True, parallel=True)
 def dropout_add_layernorm_backward_v1(dy, dy2, two, z, u, positions, batch, p, gamma, mean, rstd, num_chunks, dx, ds,
                                       sums):
@@ -50,12 +61,7 @@ def dropout_add_layernorm_backward_v1(dy, dy2, two, z, u, positions, batch, p, g
                     ds[i, j] = rounded
                     dsv = np.float64(rounded)
                 partial[c, 2, j] += dsv
-    for k in range(3):
-        for j in range(D):
-            total = 0.0
-            for c in range(num_chunks):
-                total += partial[c, k, j]
-            sums[k, j] = total
+    sum_chunks(partial, sums)
 
 
 FLUSH_ROWS = 16  # rows summed in z's dtype before they join the float64 partials (blocked summation)
@@ -107,12 +113,7 @@ def dropout_add_layernorm_backward_v2(dy, dy2, two, z, u, positions, batch, p, g
                     for j in range(D):
                         partial[c, k, j] += local[k, j]
                         local[k, j] = zero
-    for k in range(3):
-        for j in range(D):
-            total = 0.0
-            for c in range(num_chunks):
-                total += partial[c, k, j]
-            sums[k, j] = total
+    sum_chunks(partial, sums)
 
 
 VERSIONS = {1: dropout_add_layernorm_backward_v1, 2: dropout_add_layernorm_backward_v2}
