@@ -13,6 +13,7 @@ import numba
 import numpy as np
 
 from .base import kernels_from
+from .host_memory import keep_freed_memory
 from .numpy_backend import NumpyBackend
 
 KEPT_DRAWS_BYTES = 256 * 2**20  # draws kept for backwards: one float32 array per dropout of a step (12 MB on Multi30k)
@@ -40,6 +41,7 @@ class NumbaBackend(NumpyBackend):
         # the workqueue layer's workers sleep. Numba fixes the layer at its first parallel
         # launch, so this must happen before then: the backend is made before its kernels run.
         numba.config.THREADING_LAYER = "workqueue"
+        keep_freed_memory()  # a step's arrays reuse the last step's memory instead of faulting fresh pages in
         self._kept_draws = OrderedDict()  # (seed, shape, time_major) -> read-only draws, oldest first
 
     def uniform(self, seed: int, shape, dtype):
