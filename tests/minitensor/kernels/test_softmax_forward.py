@@ -21,6 +21,7 @@ SHAPES_AND_MASKS = [  # (x shape, mask shape or None)
     ((2, 3, 5, 17), (2, 1, 5, 17)),
     ((2, 3, 5, 7), (2, 1, 5, 1)),  # broadcast along L too
     ((2, 2, 3, 4, 6), (2, 1, 1, 1, 6)),  # more than 4 axes
+    ((3, 4, 13, 9), (3, 1, 13, 9)),  # 156 rows: several tiles of rows (v4), a part-filled last one
 ]
 
 
