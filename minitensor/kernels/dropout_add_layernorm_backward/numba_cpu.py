@@ -19,7 +19,7 @@ from ..numba_draws import draw_rows, logical_row
 
 @njit(inline="always")
 def sum_chunks(partial, sums):
-    """sums[k, j] = Σ_c partial[c, k, j], the chunks in order (the same sums for any number of threads)."""
+    """sums[k, j] = Σ_c partial[c, k, j], the chunks in order (the same sums every call for a number of chunks)."""
     for k in range(partial.shape[1]):
         for j in range(partial.shape[2]):
             total = 0.0
