@@ -2,13 +2,14 @@
 float32 chain, every Numba version; on a GPU (bench_gpu_kernels.py --only sublayer), the seeded CUDA
 kernels against the unfused chain of our kernels (gradient add, LayerNorm backward, dropout, bias sums).
 
-Size: the CPU Transformer benchmark: N = 2048 rows, D = d_model = 256; on the GPU Transformer-base's
-(25000, 512). Bytes (napkin math): read dy, dy2 and z, write dx and ds, 5 * N * D * s (+ 8 N).
+Sizes: the CPU Transformer benchmark: N = 2048 rows, D = d_model = 256; Multi30k training on the CPU:
+(T, B, D) = (16, 128, 128) time-major with (B, T, D) draws (Backend.draws), one gradient; on the GPU
+Transformer-base's (25000, 512). Threads: NUMBA_NUM_THREADS. Bytes (napkin math): read dy, dy2 and z, write dx and ds, 5 * N * D * s (+ 8 N).
 """
 import numpy as np
 
-from benchmarks.common import gpu_rows, parse_args, run_table
-from minitensor.kernels.dropout_add_layernorm_backward.numba_cpu import VERSIONS, dropout_add_layernorm_backward
+from benchmarks.common import gpu_rows, parse_args, run_table, with_version
+from minitensor.kernels.dropout_add_layernorm_backward import numba_cpu
 from minitensor.kernels.dropout_add_layernorm_backward.reference import dropout_add_layernorm_backward_ref
 
 N, D, P = 2048, 256, 0.1
@@ -54,9 +55,22 @@ def main():
 
     candidates = [("reference", lambda: dropout_add_layernorm_backward_ref(*inputs), False),
                   ("numpy float32 chain", numpy_chain, False)]
-    candidates += [(f"numba v{v} (wrapper)", lambda: dropout_add_layernorm_backward(*inputs), True) for v in VERSIONS]
-    run_table(f"dropout_add_layernorm_backward ({N}, {D}) float32", candidates, 5 * N * D * 4, args)
+    run_table(f"dropout_add_layernorm_backward ({N}, {D}) float32", candidates + versions(inputs), 5 * N * D * 4, args)
 
+    T, B, d_model = 16, 128, 128
+    dy, z = (rng.standard_normal((T, B, d_model)).astype(np.float32) for _ in range(2))
+    u = rng.random((B, T, d_model), dtype=np.float32).swapaxes(0, 1)
+    gamma = rng.standard_normal(d_model).astype(np.float32)
+    inputs = ((dy,), z, u, P, gamma, z.mean(axis=-1), (1 / z.std(axis=-1)).astype(np.float32), True)
+    candidates = [("reference", lambda: dropout_add_layernorm_backward_ref(*inputs), False)]
+    run_table(f"dropout_add_layernorm_backward ({T}, {B}, {d_model}) float32 time-major", candidates + versions(inputs),
+              4 * z.size * 4, args)
+
+
+def versions(inputs):
+    """Every Numba version through the wrapper."""
+    return [(f"numba v{v} (wrapper)", with_version(numba_cpu, v, lambda: numba_cpu.dropout_add_layernorm_backward(
+        *inputs)), True) for v in numba_cpu.VERSIONS]
 
 if __name__ == "__main__":
     main()

@@ -2,13 +2,14 @@
 float64 NumPy reference, the unfused NumPy float32 chain, every Numba version; on a GPU
 (bench_gpu_kernels.py --only sublayer), the seeded CUDA kernel against the unfused chain of our kernels.
 
-Size: the CPU Transformer benchmark: N = 2048 rows, D = d_model = 256; on the GPU Transformer-base's
-(25000, 512). Bytes (napkin math): read x and s, write z and y, 4 * N * D * s (+ 8 N for mean, rstd).
+Sizes: the CPU Transformer benchmark: N = 2048 rows, D = d_model = 256; Multi30k training on the CPU:
+(T, B, D) = (16, 128, 128) time-major with (B, T, D) draws (Backend.draws); on the GPU Transformer-base's
+(25000, 512). Threads: NUMBA_NUM_THREADS. Bytes (napkin math): read x and s, write z and y, 4 * N * D * s (+ 8 N for mean, rstd).
 """
 import numpy as np
 
-from benchmarks.common import gpu_rows, parse_args, run_table
-from minitensor.kernels.dropout_add_layernorm_forward.numba_cpu import VERSIONS, dropout_add_layernorm_forward
+from benchmarks.common import gpu_rows, parse_args, run_table, with_version
+from minitensor.kernels.dropout_add_layernorm_forward import numba_cpu
 from minitensor.kernels.dropout_add_layernorm_forward.reference import dropout_add_layernorm_forward_ref
 
 N, D, P = 2048, 256, 0.1
@@ -51,9 +52,21 @@ def main():
 
     candidates = [("reference", lambda: dropout_add_layernorm_forward_ref(*inputs), False),
                   ("numpy float32 chain", numpy_chain, False)]
-    candidates += [(f"numba v{v} (wrapper)", lambda: dropout_add_layernorm_forward(*inputs), True) for v in VERSIONS]
-    run_table(f"dropout_add_layernorm_forward ({N}, {D}) float32", candidates, 4 * N * D * 4, args)
+    run_table(f"dropout_add_layernorm_forward ({N}, {D}) float32", candidates + versions(inputs), 4 * N * D * 4, args)
 
+    T, B, d_model = 16, 128, 128
+    x, s = (rng.standard_normal((T, B, d_model)).astype(np.float32) for _ in range(2))
+    u = rng.random((B, T, d_model), dtype=np.float32).swapaxes(0, 1)
+    inputs = (x, s, u, P, bias[:d_model], gamma[:d_model], beta[:d_model], 1e-6)
+    candidates = [("reference", lambda: dropout_add_layernorm_forward_ref(*inputs), False)]
+    run_table(f"dropout_add_layernorm_forward ({T}, {B}, {d_model}) float32 time-major", candidates + versions(inputs),
+              4 * x.size * 4, args)
+
+
+def versions(inputs):
+    """Every Numba version through the wrapper."""
+    return [(f"numba v{v} (wrapper)", with_version(numba_cpu, v, lambda: numba_cpu.dropout_add_layernorm_forward(
+        *inputs)), True) for v in numba_cpu.VERSIONS]
 
 if __name__ == "__main__":
     main()

@@ -72,6 +72,17 @@ def run_table(title, candidates, num_bytes, args, reference="reference"):
     return rows
 
 
+def with_version(module, version, fn):
+    """fn, run with module.DEFAULT = version: a kernel wrapper that calls VERSIONS[DEFAULT] times that version."""
+    def call():
+        default, module.DEFAULT = module.DEFAULT, version
+        try:
+            return fn()
+        finally:
+            module.DEFAULT = default
+    return call
+
+
 def gpu_rows(table, op, dtype, candidates, num_bytes):
     """Time (version, fn) candidates on the GPU into bench_gpu_kernels' Table, the first as the baseline."""
     baseline = None

@@ -3,6 +3,9 @@
 v1: naive port of the reference: one row per prange iteration, z written, then two-pass float64 mean
     and variance over the written z, then y
 v2: the same passes with fastmath and the elementwise work in x's dtype (float64 row sums), so they vectorise
+v3: v2 with the row sums in x's dtype too (float32 sums 16 wide, blocked by the vector lanes; float64 stays
+    exact) instead of converting every element to float64, and the dropout test hoisted out of the loop:
+    ~1.4x in cache; at the training size (2048, 128) both are bound by memory bandwidth (~1.1x)
 
 Shapes: N = rows (every leading axis merged), D = d_model. u: the draws' rows where they lie, row
 logical_row(i, positions, batch) for x's row i (numba_draws.py: time-major draws are not copied).
@@ -69,8 +72,40 @@ def dropout_add_layernorm_forward_v2(x, s, u, positions, batch, p, bias, has_bia
         rstd[i] = rs
 
 
-VERSIONS = {1: dropout_add_layernorm_forward_v1, 2: dropout_add_layernorm_forward_v2}
-DEFAULT = 2
+@njit(cache=True, parallel=True, fastmath={"nsz", "arcp", "contract", "afn", "reassoc"})
+def dropout_add_layernorm_forward_v3(x, s, u, positions, batch, p, bias, has_bias, gamma, beta, eps, y, z, mean,
+                                     rstd):
+    N, D = x.shape
+    t = x.dtype.type
+    keep_scale, zero, p_u = t(1.0 / (1.0 - p)), t(0.0), u.dtype.type(p)
+    for i in prange(N):
+        ui = logical_row(i, positions, batch)
+        total = zero
+        if p > 0.0:
+            for j in range(D):
+                d = s[i, j] + bias[j] if has_bias else s[i, j]
+                v = x[i, j] + (d * keep_scale if u[ui, j] >= p_u else zero)
+                z[i, j] = v
+                total += v
+        else:
+            for j in range(D):
+                v = x[i, j] + (s[i, j] + bias[j] if has_bias else s[i, j])
+                z[i, j] = v
+                total += v
+        mu = total / t(D)
+        sq = zero
+        for j in range(D):
+            c = z[i, j] - mu
+            sq += c * c
+        rs = t(1.0) / np.sqrt(sq / t(D) + t(eps))
+        for j in range(D):
+            y[i, j] = (z[i, j] - mu) * rs * gamma[j] + beta[j]
+        mean[i] = mu
+        rstd[i] = rs
+
+
+VERSIONS = {1: dropout_add_layernorm_forward_v1, 2: dropout_add_layernorm_forward_v2, 3: dropout_add_layernorm_forward_v3}
+DEFAULT = 3
 
 
 def dropout_add_layernorm_forward(x, s, u, p, bias, gamma, beta, eps):
