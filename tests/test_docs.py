@@ -21,7 +21,7 @@ HEADER = ["what", "command", "result", "date", "commit", "machine"]
 README_MAX_LINES = 300
 
 COMMAND = re.compile(r"(python -m train|python -m pytest|python benchmarks/\S+|bash benchmarks/\S+"
-                     r"|python chapters/\S+)((?:\s+(?![;&|])\S+)*)")
+                     r"|python -m benchmarks\.\S+|python chapters/\S+)((?:\s+(?![;&|])\S+)*)")
 
 
 def cells(line: str) -> list[str]:
@@ -79,13 +79,15 @@ def command_problems(cell: str, flags: dict[str, set[str]]) -> list[str]:
                 problems += [f"`{match.group(0)}`: no {w}" for w in rest
                              if w.startswith("tests/") and not (ROOT / w.split("::")[0]).exists()]
             else:
-                path = ROOT / head.split()[-1]
+                name = head.split()[-1]
+                path = ROOT / (name.replace(".", "/") + ".py" if head.startswith("python -m ") else name)
                 if not path.is_file():
-                    problems.append(f"`{match.group(0)}`: no file {head.split()[-1]}")
+                    problems.append(f"`{match.group(0)}`: no file {path.relative_to(ROOT)}")
                     continue
                 source = path.read_text(encoding="utf-8")
-                if path.parent.name == "chapters":
-                    source += (path.parent / "_common.py").read_text(encoding="utf-8")
+                shared = {"chapters": "_common.py", "benchmarks": "common.py"}.get(path.parent.name)
+                if shared:
+                    source += (path.parent / shared).read_text(encoding="utf-8")
                 problems += [f"`{match.group(0)}`: {path.name} has no option {o}" for o in options
                              if f'"{o}"' not in source and f"'{o}'" not in source]
     if not found:
@@ -142,6 +144,9 @@ def test_every_headline_number_of_the_readme_is_a_results_row():
     ("| x | `python -m train fitt --config c.toml` | 1 | 2026-11-26 | abc1234 | 2-core VM |", "no subcommand 'fitt'"),
     ("| x | `python -m train bench --no-such-flag` | 1 | 2026-11-26 | abc1234 | 2-core VM |", "no option --no-such-flag"),
     ("| x | `python benchmarks/bench_nothing.py` | 1 | 2026-11-26 | abc1234 | 2-core VM |", "no file"),
+    ("| x | `python -m benchmarks.bench_nothing` | 1 | 2026-11-26 | abc1234 | 2-core VM |", "no file"),
+    ("| x | `python -m benchmarks.bench_softmax_forward --rounds 3` | 1 | 2026-11-26 | abc1234 | 2-core VM |",
+     "no option --rounds"),
     ("| x | `python chapters/05_scaled_dot_product_attention.py --slow` | 1 | 2026-11-26 | abc1234 | 2-core VM |",
      "no option --slow"),
     ("| x | `python -m train bench` | 1 | | abc1234 | 2-core VM |", "empty date"),
