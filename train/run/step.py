@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from minitensor.autograd import backward
+from minitensor.backends.denormals import flush_denormals
 from minitensor.backends.cuda_graph import refuse_in_capture
 from minitensor.optim import clip_grad_norm
 from train.distributed.global_batch import count_update
@@ -55,32 +56,33 @@ def train_step(model, batches, optimizer, loss_fn, scaler=None, clip_norm: float
     skips it, and `stats.finite` is False: the caller decides (the loop stops the run).
     A `None` batch is empty: no forward, no loss, no tokens, but the same collectives.
     """
-    sync = GradSync(optimizer) if sync is None else sync                    # one process: nothing to sum
-    real = [(j, batch) for j, batch in enumerate(batches) if batch is not None]
-    first, used, n_target, src_tokens, padded = count_update(sync.comm, batches, model.config.pad_id)  # every rank's
-    streams = _DropoutStreams(rng, first, used)                             # micro-batch g: its own dropout masks
-    optimizer.zero_grad()
-    xp = optimizer.backend.xp
-    sums = xp.zeros(2, dtype=np.float64)                                     # [Σ loss, Σ nll] over target tokens
-    for j, (src, tgt_in, tgt_out) in real:
-        streams.select(j)
-        out = loss_fn(model(src, tgt_in), tgt_out)                          # (B, T, V) logits -> mean loss
-        refuse_in_capture("the loss weight (the batch's share of the target tokens) is a host number")
-        weighted = out.loss * (out.n_tokens / max(n_target, 1))             # Σ over batches and ranks = mean over all tokens
-        last = j == real[-1][0]                                              # its backward makes the gradients final
-        backward(weighted if scaler is None else scaler.scale_loss(weighted),
-                 on_leaf_done=sync.leaf_done if last and sync.overlap else None)
-        sums += xp.stack([out.loss.data * out.n_tokens, out.nll_sum]).astype(np.float64)
-    streams.finish()
-    grad = sync.finish()                                                     # every gradient, one flat array, summed over ranks
-    loss_sum, nll_sum = sync.comm.all_reduce(sums)                           # over every rank
-    finite, stepped = _finite_and_stepping(sync.comm, grad, loss_sum, scaler)
-    if not finite:
-        check_ids(model, [batch for _, batch in real])                       # a bad token id comes out as NaN on a GPU
-    measured = stepped and (clip_norm > 0 or measure_grad_norm)
-    grad_norm = clip_grad_norm(grad, clip_norm if clip_norm > 0 else math.inf) if measured else None
-    if stepped:
-        optimizer.step()                                                     # §5.3: Adam at the Eq. (3) rate
+    with flush_denormals():  # trained attention weights go denormal: 4x slower without (backends/denormals.py)
+        sync = GradSync(optimizer) if sync is None else sync                    # one process: nothing to sum
+        real = [(j, batch) for j, batch in enumerate(batches) if batch is not None]
+        first, used, n_target, src_tokens, padded = count_update(sync.comm, batches, model.config.pad_id)  # every rank's
+        streams = _DropoutStreams(rng, first, used)                             # micro-batch g: its own dropout masks
+        optimizer.zero_grad()
+        xp = optimizer.backend.xp
+        sums = xp.zeros(2, dtype=np.float64)                                     # [Σ loss, Σ nll] over target tokens
+        for j, (src, tgt_in, tgt_out) in real:
+            streams.select(j)
+            out = loss_fn(model(src, tgt_in), tgt_out)                          # (B, T, V) logits -> mean loss
+            refuse_in_capture("the loss weight (the batch's share of the target tokens) is a host number")
+            weighted = out.loss * (out.n_tokens / max(n_target, 1))             # Σ over batches and ranks = mean over all tokens
+            last = j == real[-1][0]                                              # its backward makes the gradients final
+            backward(weighted if scaler is None else scaler.scale_loss(weighted),
+                     on_leaf_done=sync.leaf_done if last and sync.overlap else None)
+            sums += xp.stack([out.loss.data * out.n_tokens, out.nll_sum]).astype(np.float64)
+        streams.finish()
+        grad = sync.finish()                                                     # every gradient, one flat array, summed over ranks
+        loss_sum, nll_sum = sync.comm.all_reduce(sums)                           # over every rank
+        finite, stepped = _finite_and_stepping(sync.comm, grad, loss_sum, scaler)
+        if not finite:
+            check_ids(model, [batch for _, batch in real])                       # a bad token id comes out as NaN on a GPU
+        measured = stepped and (clip_norm > 0 or measure_grad_norm)
+        grad_norm = clip_grad_norm(grad, clip_norm if clip_norm > 0 else math.inf) if measured else None
+        if stepped:
+            optimizer.step()                                                     # §5.3: Adam at the Eq. (3) rate
     return StepStats(loss_sum, nll_sum, n_target, src_tokens, padded, grad_norm, finite, stepped)
 
 
