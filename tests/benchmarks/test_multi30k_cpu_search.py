@@ -35,9 +35,9 @@ def test_every_trial_changes_only_what_it_names():
 
 def test_budget_keeps_the_configs_checkpoint_spacing():
     base = config_lib.load(CONFIG)
-    assert (base.train.max_steps, base.train.ckpt_every) == (3600, 200)
-    trained = search.budget_config(base, 1800).train               # half the updates: half the spacing
-    assert (trained.max_steps, trained.ckpt_every, trained.valid_every) == (1800, 100, 1800)
+    assert (base.train.max_steps, base.train.ckpt_every) == (9000, 300)
+    trained = search.budget_config(base, 4500).train               # half the updates: half the spacing
+    assert (trained.max_steps, trained.ckpt_every, trained.valid_every) == (4500, 150, 4500)
     assert trained.keep_last == max(search.AVERAGES) >= trained.average_last == base.train.average_last
     assert search.budget_config(base, 2).train.ckpt_every == 1
 
