@@ -88,9 +88,9 @@ PLANTED = [
           "scale=1.0",
           "05", "library Eq. (1) vs NumPy"),
     Plant("a Numba softmax kernel that ignores the mask",
-          "minitensor/kernels/softmax_forward/numba_cpu.py", "softmax_forward_v3",
-          "            e = 0 * scale if mr[j] else e\n",
-          "",
+          "minitensor/kernels/softmax_forward/numba_cpu.py", "softmax_forward_v4",
+          "                z[j, k] = neg_inf if mr[j] else scale * xr[j]\n",
+          "                z[j, k] = scale * xr[j]\n",
           "05", "softmax(x/2) with a causal mask, the library on the Numba kernels (what every config trains with): "
                 "output"),
     Plant("a Numba softmax backward without the scale",
@@ -180,7 +180,7 @@ PLANTED = [
           "08", "LayerNorm, the numba.cuda kernel (CUDA simulator): output"),
     # chapter 09: the fused cross-entropy
     Plant("a Numba cross-entropy that leaves probability mass on padding",
-          "minitensor/kernels/cross_entropy_forward/numba_cpu.py", "_smoothed_row",
+          "minitensor/kernels/cross_entropy_forward/numba_cpu.py", "_smoothed_row_v4",
           "    if ignore_index >= 0:\n        out[ignore_index] += c  # ignored class: q = 0, so p - 0\n    return "
           "gold_q",
           "    return gold_q",
@@ -273,7 +273,7 @@ PLANTED = [
     Plant("clipping the scaled gradient, before unscaling",
           "train/run/step.py", "train_step",
           "grad = sync.finish()",
-          "grad = sync.finish()\n    clip_grad_norm(grad, clip_norm if clip_norm > 0 else math.inf)",
+          "grad = sync.finish()\n        clip_grad_norm(grad, clip_norm if clip_norm > 0 else math.inf)",
           "19", "unscale, then clip"),
     # chapter 20: data parallelism
     Plant("micro-batch losses averaged, not weighted by their share of the tokens",
