@@ -1,6 +1,7 @@
 """The search behind configs/multi30k_cpu.toml: the best Multi30k model a CPU trains in a fixed wall-clock budget.
 
     python benchmarks/multi30k_cpu_search.py [--minutes 30] [--only base,d256] [--out runs/multi30k_cpu_search]
+    python benchmarks/multi30k_cpu_search.py --steps 3212 --only base,lr1 --set train.threads=1   # equal updates
     python benchmarks/multi30k_cpu_search.py --list
     python benchmarks/multi30k_cpu_search.py --minutes 0.5 --eval-sentences 20 --only base,lr1 \\
         --set tokenizer.vocab_size=500 --set model.d_model=32 --set model.d_ff=64 --out /tmp/search   # a smoke test
@@ -99,9 +100,13 @@ def seconds_per_update(run_dir: Path) -> float:
     return sum(r["seconds"] for r in later) / max(1, records[-1]["step"] - 1)
 
 
-def train_trial(variant: Variant, run_dir: Path, minutes: float, quiet: bool):
-    """fit() the trial for its budget: a probe of PROBE_STEPS updates, then resumed to fill the rest."""
+def train_trial(variant: Variant, run_dir: Path, minutes: float, quiet: bool, steps: int | None = None):
+    """fit() the trial for its budget: a probe of PROBE_STEPS updates, then resumed to fill the rest;
+    with `steps`, that many updates whatever they take."""
     with contextlib.redirect_stdout(sys.stderr) if quiet else contextlib.nullcontext():
+        if steps:
+            config = budget_config(variant.config, steps)
+            return fit(config, run_dir, progress=not quiet), config
         probe = budget_config(variant.config, PROBE_STEPS)
         result = fit(probe, run_dir, progress=not quiet)
         if result.stopped:
@@ -135,16 +140,16 @@ def score_trial(result, config, n: int | None) -> dict:
 
 
 def run_trials(variants: list[Variant], out: Path, minutes: float, n: int | None, quiet: bool, say,
-               base: tuple[Path, list[str]]) -> dict:
+               base: tuple[Path, list[str]], steps: int | None = None) -> dict:
     """Train and score every unfinished trial; `base`: the config file and --set overrides (for the commands)."""
     results = {}
     for number, variant in enumerate(variants, start=1):
         head = f"[{number}/{len(variants)}] {variant.id} ({variant.change})"
         record = finished_result(out, variant)
         if record is None:
-            say(f"{head}: training for {minutes:g} min in {out / variant.id}")
+            say(f"{head}: training for {f'{steps} updates' if steps else f'{minutes:g} min'} in {out / variant.id}")
             load_before = os.getloadavg()[0]
-            result, config = train_trial(variant, out / variant.id, minutes, quiet)
+            result, config = train_trial(variant, out / variant.id, minutes, quiet, steps)
             if result.stopped:
                 say(f"stopped by {result.stopped} during {variant.id}; run the same command again to resume")
                 break
@@ -194,6 +199,10 @@ def main(argv=None) -> int:
     ap.add_argument("--config", type=Path, default=ROOT / "configs" / "multi30k_cpu.toml")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override the base config")
     ap.add_argument("--minutes", type=float, default=30.0, help="training time per trial (default 30)")
+    ap.add_argument("--steps", type=int, default=0,
+                    help="train every trial for this many updates instead of --minutes: for the knobs that leave an "
+                         "update's cost as it is (rate, warm-up, dropout, smoothing), equal updates are equal time, "
+                         "and the scores do not depend on what else the machine runs")
     ap.add_argument("--only", default=None, help="comma-separated trial ids (default all; see --list)")
     ap.add_argument("--eval-sentences", type=int, default=0, help="score the first N of val and test (default all)")
     ap.add_argument("--out", type=Path, default=Path("runs") / "multi30k_cpu_search")
@@ -202,8 +211,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else (lambda m: print(m, flush=True))
     try:
-        if args.minutes <= 0:
-            raise InputError(f"--minutes must be positive, got {args.minutes}")
+        if args.minutes <= 0 or args.steps < 0:
+            raise InputError(f"--minutes and --steps must be positive, got {args.minutes} and {args.steps}")
         run_config = config_lib.load(args.config, args.set)
         only = [t.strip() for t in args.only.split(",") if t.strip()] if args.only else None
         variants = trials(run_config, only)
@@ -212,7 +221,7 @@ def main(argv=None) -> int:
                 print(f"{v.id:<12} {v.change}")
             return 0
         results = run_trials(variants, args.out, args.minutes, args.eval_sentences or None, args.json, say,
-                              (args.config, args.set))
+                              (args.config, args.set), args.steps or None)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
