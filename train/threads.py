@@ -21,9 +21,9 @@ import contextlib
 import contextvars
 import ctypes
 import os
-import re
 import warnings
-from pathlib import Path
+
+from minitensor.backends.cpu_blas import openblas_libraries
 
 _IN_FORCE: contextvars.ContextVar = contextvars.ContextVar("cpu_threads", default=0)   # cpu_threads' n, 0 outside
 DECODE_THREADS = 4  # decoding's default, at most the usable cores (CTranslate2's default intra_threads is 4 too)
@@ -35,18 +35,8 @@ _OPENBLAS_NAMES = (("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num
 
 def _openblas_functions() -> list[tuple]:
     """(set, get) function pairs of every OpenBLAS loaded in this process (Linux: from /proc/self/maps)."""
-    import numpy  # noqa: F401 - loads NumPy's OpenBLAS so that it is mapped
-
-    try:
-        maps = Path("/proc/self/maps").read_text()
-    except OSError:  # not Linux: leave BLAS alone
-        return []
     found = []
-    for path in sorted({m.group(0) for m in re.finditer(r"/\S*openblas\S*\.so[\d.]*", maps)}):
-        try:
-            library = ctypes.CDLL(path)
-        except OSError:
-            continue
+    for library in openblas_libraries():
         for set_name, get_name in _OPENBLAS_NAMES:
             setter, getter = getattr(library, set_name, None), getattr(library, get_name, None)
             if setter is not None and getter is not None:

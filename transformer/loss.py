@@ -20,7 +20,7 @@ import numpy as np
 
 import minitensor as mt
 from minitensor.dtypes import BF16
-from minitensor.functions import CrossEntropy
+from minitensor.functions import CrossEntropy, LinearCrossEntropy
 from minitensor.functions.composed import smoothed_targets
 
 
@@ -70,6 +70,24 @@ class LabelSmoothingLoss:
             rows = -(log_p * q).sum(axis=-1)                                   # §5.4: −Σ_j q_j log p_j, (N,)
             gold = log_p.data[xp.arange(B * T), flat_targets]                  # log p_gold, no gradient needed
             nll_sum = -(gold if self.pad_id is None else gold * (flat_targets != self.pad_id)).sum()
+        return self._mean(rows, nll_sum, n_tokens)
+
+    def of_projection(self, hidden: mt.Tensor, embedding: mt.Tensor, targets) -> LossOutput:
+        """The loss of the logits hidden Eᵀ (§3.4), never made: hidden (N, D), E (V, D), targets (N,).
+
+        impl "fused" only: LinearCrossEntropy projects and scores a block of rows at a time.
+        """
+        if not self.fused:
+            raise ValueError("of_projection runs the fused kernels: build the loss with impl='fused'")
+        targets = targets.data if isinstance(targets, mt.Tensor) else targets
+        host = targets if isinstance(targets, np.ndarray) else hidden.backend.to_numpy(targets)
+        n_tokens = int(host.size if self.pad_id is None else (host != self.pad_id).sum())
+        rows, nll = LinearCrossEntropy.apply(hidden, embedding, targets=hidden.backend.asarray(host),
+                                             smoothing=self.eps_ls, ignore_index=self.pad_id)   # (N,), (N,)
+        return self._mean(rows, nll.sum(), n_tokens)
+
+    @staticmethod
+    def _mean(rows: mt.Tensor, nll_sum, n_tokens: int) -> LossOutput:
         loss = rows.sum() * (1.0 / max(n_tokens, 1))                           # §5.4: mean over non-pad tokens
         return LossOutput(loss=loss, nll_sum=nll_sum, n_tokens=n_tokens)
 

@@ -27,6 +27,7 @@ from minitensor.dtypes import BF16
 from .config import TransformerConfig
 from .embedding import Embeddings
 from .layers import Decoder, DecoderCache, Encoder
+from .loss import LossOutput
 from .masks import padding_mask, subsequent_mask
 from .positional import PositionalEncoding
 
@@ -110,6 +111,12 @@ class Transformer(nn.Module):
         return self.encoder(x, src_mask)                               # (B, S, D) or (S, B, D), [maps]
 
     def _decode(self, tgt, memory, src_mask, cache: DecoderCache | None):
+        x, self_maps, cross_maps = self._decoder_stack(tgt, memory, src_mask, cache)
+        logits = self.embeddings.logits(self._out_of_stacks(x))       # (B, T, D) -> (B, T, V)
+        return logits, self_maps, cross_maps
+
+    def _decoder_stack(self, tgt, memory, src_mask, cache: DecoderCache | None):
+        """The decoder stack's output (B, T, D), time-major (T, B, D), and its attention maps."""
         offset = 0 if cache is None else cache.length
         T = tgt.shape[1]
         x = self._into_stacks(tgt, self.embeddings.target, self.tgt_positions, offset)   # (B, T, D) or (T, B, D)
@@ -123,8 +130,7 @@ class Transformer(nn.Module):
         x, self_maps, cross_maps = self.decoder(x, memory, src_mask, tgt_mask, cache)
         if cache is not None:
             cache.advance(T)
-        logits = self.embeddings.logits(self._out_of_stacks(x))       # (B, T, D) -> (B, T, V)
-        return logits, self_maps, cross_maps
+        return x, self_maps, cross_maps
 
     # --- the public interface -------------------------------------------------------------
     def encode(self, src_ids) -> mt.Tensor:
@@ -151,6 +157,24 @@ class Transformer(nn.Module):
         memory, _ = self._encode(src, src_mask)
         logits, _, _ = self._decode(self._ids(tgt_in_ids), memory, src_mask, None)
         return logits
+
+    def loss(self, src_ids, tgt_in_ids, tgt_out_ids, loss_fn) -> LossOutput:
+        """The training loss of a batch, `loss_fn(self(src_ids, tgt_in_ids), tgt_out_ids)` (Figure 1, §5.4).
+
+        A fused float model with tied embeddings on a CPU never makes the (B, T, V) logits: the
+        projection x Eᵀ (§3.4) and the loss run together, a block of rows at a time, in the stacks'
+        time-major order (LinearCrossEntropy; LabelSmoothingLoss.of_projection).
+        """
+        if not (self.time_major and getattr(loss_fn, "fused", False) and self.embeddings.tie and self.backend.device == "cpu"
+                and np.dtype(self.compute_dtype) in (np.float32, np.float64)):
+            return loss_fn(self(src_ids, tgt_in_ids), tgt_out_ids)
+        src = self._ids(src_ids)
+        src_mask = padding_mask(src, self.config.pad_id)
+        memory, _ = self._encode(src, src_mask)
+        x, _, _ = self._decoder_stack(self._ids(tgt_in_ids), memory, src_mask, None)   # (T, B, D)
+        targets = tgt_out_ids.data if isinstance(tgt_out_ids, mt.Tensor) else tgt_out_ids
+        rows = x.reshape(-1, x.shape[-1])                              # (T·B, D), position by position
+        return loss_fn.of_projection(rows, self.embeddings.shared.weight, targets.T.reshape(-1))
 
     def init_cache(self, src_ids, memory: mt.Tensor, beam: int = 1) -> DecoderCache:
         """An empty decoding cache for B sentences, each repeated `beam` times (row b·beam + j)."""

@@ -12,6 +12,7 @@ from collections import OrderedDict
 import numba
 import numpy as np
 
+from . import cpu_blas
 from .base import kernels_from
 from .host_memory import keep_freed_memory
 from .numpy_backend import NumpyBackend
@@ -43,6 +44,12 @@ class NumbaBackend(NumpyBackend):
         numba.config.THREADING_LAYER = "workqueue"
         keep_freed_memory()  # a step's arrays reuse the last step's memory instead of faulting fresh pages in
         self._kept_draws = OrderedDict()  # (seed, shape, time_major) -> read-only draws, oldest first
+
+    def matmul(self, a, b, out_dtype=None, bias=None, out=None, accumulate=False):
+        """Backend.matmul; out += a @ b in one BLAS call where cpu_blas can make it (no temporary, no add pass)."""
+        if accumulate and bias is None and out is not None and cpu_blas.accumulate(a, b, out):
+            return out
+        return super().matmul(a, b, out_dtype, bias, out, accumulate)
 
     def uniform(self, seed: int, shape, dtype):
         """Backend.uniform's numbers, 1.5x faster: NumPy's random(dtype=float32) on default_rng(seed) (PCG64) takes

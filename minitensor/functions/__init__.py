@@ -1,6 +1,6 @@
 """The differentiable primitives, one op family per file."""
 from .elementwise import Add, Cast, Div, Exp, Log, Mul, Neg, Pow, Relu, Sqrt, Sub, Tanh, Where
-from .fused import (CrossEntropy, Dropout, LayerNorm, Linear, LinearReLU, LogSoftmax, Softmax, StackedLinear,
+from .fused import (CrossEntropy, Dropout, LayerNorm, Linear, LinearCrossEntropy, LinearReLU, LogSoftmax, Softmax, StackedLinear,
                     inverted_dropout)
 from .matmul import MatMul
 from .movement import Concat, Embedding, Expand, GetItem, Permute, Reshape
@@ -8,6 +8,6 @@ from .reduce import Max, Sum
 
 __all__ = [
     "Add", "Cast", "Div", "Exp", "Log", "Mul", "Neg", "Pow", "Relu", "Sqrt", "Sub", "Tanh", "Where",
-    "CrossEntropy", "Dropout", "LayerNorm", "Linear", "LinearReLU", "StackedLinear", "LogSoftmax", "Softmax", "MatMul",
+    "CrossEntropy", "Dropout", "LayerNorm", "Linear", "LinearCrossEntropy", "LinearReLU", "StackedLinear", "LogSoftmax", "Softmax", "MatMul",
     "Concat", "Embedding", "Expand", "GetItem", "Permute", "Reshape", "Max", "Sum", "inverted_dropout",
 ]

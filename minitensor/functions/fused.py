@@ -7,7 +7,7 @@ ops; fusions that only make sense inside a Transformer live in transformer/fused
 """
 from __future__ import annotations
 
-from ..autograd import Function
+from ..autograd import Function, is_grad_enabled
 
 
 class Linear(Function):
@@ -210,6 +210,62 @@ class CrossEntropy(Function):
     def backward(ctx, grad_out):
         (dlogits,) = ctx.saved
         return ctx.backend.scale(dlogits, grad_out[:, None])  # in place: the saved array is used once, then freed
+
+
+class LinearCrossEntropy(Function):
+    """CrossEntropy(x wᵀ) without the (N, V) logits: the output projection (§3.4) and the smoothed loss
+    (§5.4) of ROWS rows at a time, each block's logits and their gradient made and used while in cache.
+
+    Inputs: x (N, D), w (V, D) (the tied embedding E: logits = x Eᵀ). Returns the per-row loss (N,),
+    with the plain NLL (N,) as aux, as CrossEntropy does. The gradient of Σ loss is linear in the
+    block's dlogits = softmax − q, so forward makes it at once: dx = dlogits w, dw = Σ_blocks dlogitsᵀ x.
+    Backward scales them by grad_out: dx row by row; dw by one number when grad_out is the same on
+    every row with a loss (a mean over tokens), and otherwise by running the blocks again with each
+    row's dlogits scaled. Composed twin: `CrossEntropy(Linear(x, wᵀ))`; on a CPU the blocks save the
+    passes a 32 MB logits array and its gradient make through memory (Multi30k: 2,048 rows × 4,000).
+    """
+
+    has_aux = True
+    ROWS = 256  # a block's logits (ROWS, V) stay in L2 for V up to ~2,000, in L3 beyond
+
+    @staticmethod
+    def forward(ctx, x, w, *, targets, smoothing=0.0, ignore_index=None):
+        grads = is_grad_enabled() and any(ctx.needs_input_grad)            # not under no_grad (validation)
+        loss, nll, dx, dw = _projected_cross_entropy(ctx.backend, x, w, targets, smoothing, ignore_index, grads=grads)
+        ctx.save_for_backward(x, w, dx, dw)
+        return loss, nll
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, w, dx, dw = ctx.saved
+        backend, params = ctx.backend, ctx.params
+        targets, ignore = params["targets"], params["ignore_index"]
+        scored = grad_out if ignore is None else grad_out[targets != ignore]   # rows with a loss
+        if scored.size and bool((scored == scored[0]).all()):
+            backend.scale(dw, scored[0].reshape(1, 1))
+        else:                                                                  # rows weighted apart: again
+            dw = _projected_cross_entropy(backend, x, w, targets, params["smoothing"], ignore, grad_out)[3]
+        return backend.scale(dx, grad_out[:, None]), dw
+
+
+def _projected_cross_entropy(backend, x, w, targets, smoothing, ignore_index, row_scale=None, grads=True):
+    """(loss, nll, dx, dw) of CrossEntropy(x wᵀ) in blocks of LinearCrossEntropy.ROWS rows; row_scale
+    (N,) multiplies each row's dlogits before the products (None: 1); grads False: dx, dw None."""
+    xp, n = backend.xp, x.shape[0]
+    loss, nll = xp.empty(n, dtype=x.dtype), xp.empty(n, dtype=x.dtype)
+    dx, dw = (xp.empty_like(x), xp.zeros_like(w)) if grads else (None, None)
+    for start in range(0, n, LinearCrossEntropy.ROWS):
+        rows = slice(start, start + LinearCrossEntropy.ROWS)
+        logits = backend.matmul(x[rows], w.T)                                  # §3.4: x Eᵀ, (R, D) @ (D, V)
+        loss[rows], nll[rows], dlogits = backend.cross_entropy_forward(logits, targets[rows], smoothing,
+                                                                       ignore_index)   # §5.4
+        if not grads:
+            continue
+        if row_scale is not None:
+            backend.scale(dlogits, row_scale[rows, None])
+        backend.matmul(dlogits, w, out=dx[rows])                               # dx = dlogits E
+        backend.matmul(dlogits.T, x[rows], out=dw, accumulate=True)            # dE += dlogitsᵀ x
+    return loss, nll, dx, dw
 
 
 class Dropout(Function):

@@ -53,6 +53,43 @@ def test_cross_entropy_matches_composed(backend, rng, ignore_index):
                lambda z: mt.cross_entropy_composed(z, tgt, 0.1, ignore_index), [logits], backend)
 
 
+@pytest.mark.parametrize("rows_per_block", [2, 256])
+@pytest.mark.parametrize("weights", ["mean", "per row"])
+def test_linear_cross_entropy_matches_projection_then_loss(backend, rng, monkeypatch, rows_per_block, weights):
+    """LinearCrossEntropy(x, E) against CrossEntropy(x Eᵀ) (§3.4, §5.4): loss, NLL and both gradients, in
+    blocks smaller than the rows (the blocks' dE adds up) and in one; the loss weighted as a mean over the
+    scored rows (dE scaled once) and row by row (the blocks run again with scaled rows); padding rows ignored."""
+    from minitensor.functions import LinearCrossEntropy
+    monkeypatch.setattr(LinearCrossEntropy, "ROWS", rows_per_block)
+    x, e = rng.standard_normal((7, 5)), rng.standard_normal((11, 5))
+    targets = mt.get_backend(backend).asarray(np.array([3, 0, 10, 1, 0, 5, 2]))
+    scored = np.array([3, 0, 10, 1, 0, 5, 2]) != 0
+    r = np.where(scored, 0.25, 0.0) if weights == "mean" else rng.standard_normal(7)
+    results = []
+    for fused in (True, False):
+        xt, et = (mt.tensor(a, requires_grad=True, dtype="float64", backend=backend) for a in (x, e))
+        if fused:
+            loss, nll = LinearCrossEntropy.apply(xt, et, targets=targets, smoothing=0.1, ignore_index=0)
+        else:
+            loss, nll = CrossEntropy.apply(xt @ et.T, targets=targets, smoothing=0.1, ignore_index=0)
+        (loss * mt.tensor(r, dtype="float64", backend=backend)).sum().backward()
+        results.append((loss, mt.get_backend(backend).to_numpy(nll), xt.grad, et.grad))
+    (loss_f, nll_f, dx_f, de_f), (loss_c, nll_c, dx_c, de_c) = results
+    mt.assert_close(loss_f, loss_c, "loss")
+    np.testing.assert_allclose(nll_f, nll_c, rtol=1e-12)
+    mt.assert_close(dx_f, dx_c, "dx")
+    mt.assert_close(de_f, de_c, "dE")
+
+
+def test_linear_cross_entropy_gradcheck(backend, rng):
+    from minitensor.functions import LinearCrossEntropy
+    targets = mt.get_backend(backend).asarray(np.array([2, 0, 4]))
+    x, e = (mt.tensor(rng.standard_normal(s), requires_grad=True, dtype="float64", backend=backend)
+            for s in ((3, 4), (6, 4)))
+    assert mt.gradcheck(lambda a, b: LinearCrossEntropy.apply(a, b, targets=targets, smoothing=0.2,
+                                                              ignore_index=0)[0], x, e)
+
+
 def test_cross_entropy_closed_form_and_nll(backend):
     """V = 4, pad = 0, ε = 0.3: q = [0, 0.7, 0.15, 0.15] for gold token 1."""
     logits = np.log(np.array([[0.1, 0.4, 0.2, 0.3]]))          # softmax(logits) = these probabilities

@@ -9,6 +9,8 @@ every backend (on the GPU: the CUDA kernels and cuBLAS in float64, run by benchm
 import numpy as np
 import pytest
 
+import minitensor as mt
+
 from minitensor.optim import Adam, NoamSchedule
 from train.run.step import train_step
 from transformer import LabelSmoothingLoss, Transformer, TransformerConfig
@@ -88,3 +90,29 @@ def test_the_comparison_can_fail():
     losses_b, params_b = train("fused", "post", "numpy", steps=2, seed=1)
     assert np.abs(losses_a - losses_b).max() > 1e-6
     assert max(np.abs(params_a[k] - params_b[k]).max() for k in params_a) > 1e-3
+
+
+def test_loss_without_logits_is_the_loss_of_the_logits(backend, monkeypatch):
+    """Transformer.loss (a fused model on a CPU: LinearCrossEntropy over the time-major rows, in blocks of 4
+    of the 18 rows) against loss_fn(model(src, tgt_in), tgt_out): loss, NLL and every parameter's gradient,
+    padded targets included; and the loss alone under no_grad."""
+    from minitensor.functions import LinearCrossEntropy
+    monkeypatch.setattr(LinearCrossEntropy, "ROWS", 4)
+    config = TransformerConfig(vocab_size=13, N=1, d_model=8, d_ff=16, h=2, p_drop=0.0, max_len=32, impl="fused")
+    model = Transformer(config, np.random.default_rng(0), backend=backend, precision="fp64")
+    loss_fn = LabelSmoothingLoss(config.eps_ls, config.pad_id, "fused")
+    src, tgt_in, tgt_out = batches(np.random.default_rng(1), 13, count=1)[0]
+    results = []
+    for out in (lambda: model.loss(src, tgt_in, tgt_out, loss_fn), lambda: loss_fn(model(src, tgt_in), tgt_out)):
+        for p in model.parameters():
+            p.grad = None
+        result = out()
+        result.loss.backward()
+        results.append((float(result.loss.numpy()), float(result.nll_sum), result.n_tokens,
+                        {name: p.backend.to_numpy(p.grad).copy() for name, p in model.named_parameters()}))
+    (loss_a, nll_a, n_a, grads_a), (loss_b, nll_b, n_b, grads_b) = results
+    assert n_a == n_b == 15 and loss_a == pytest.approx(loss_b, rel=1e-12) and nll_a == pytest.approx(nll_b, rel=1e-12)
+    with mt.no_grad():                                                 # validation: the loss, no gradient products
+        assert float(model.loss(src, tgt_in, tgt_out, loss_fn).loss.numpy()) == pytest.approx(loss_b, rel=1e-12)
+    for name in grads_b:
+        np.testing.assert_allclose(grads_a[name], grads_b[name], rtol=1e-9, atol=1e-12, err_msg=name)

@@ -66,7 +66,7 @@ def train_step(model, batches, optimizer, loss_fn, scaler=None, clip_norm: float
         sums = xp.zeros(2, dtype=np.float64)                                     # [Σ loss, Σ nll] over target tokens
         for j, (src, tgt_in, tgt_out) in real:
             streams.select(j)
-            out = loss_fn(model(src, tgt_in), tgt_out)                          # (B, T, V) logits -> mean loss
+            out = model.loss(src, tgt_in, tgt_out, loss_fn)                     # loss_fn(model(src, tgt_in), tgt_out)
             refuse_in_capture("the loss weight (the batch's share of the target tokens) is a host number")
             weighted = out.loss * (out.n_tokens / max(n_target, 1))             # Σ over batches and ranks = mean over all tokens
             last = j == real[-1][0]                                              # its backward makes the gradients final

@@ -44,7 +44,7 @@ def validate(model, loss_fn, prepared: Prepared, run_config: RunConfig) -> dict:
         for batch in split_batches(split, train.max_tokens):
             src, tgt_in, tgt_out = make_model_inputs([split.src_ids[i] for i in batch],
                                                      [split.tgt_ids[i] for i in batch])
-            out = loss_fn(model(src, tgt_in), tgt_out)
+            out = model.loss(src, tgt_in, tgt_out, loss_fn)
             loss_sum += float(out.loss.item()) * out.n_tokens
             nll_sum += float(out.nll_sum.data if isinstance(out.nll_sum, mt.Tensor) else out.nll_sum)
             n_tokens += out.n_tokens
