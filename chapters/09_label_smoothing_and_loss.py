@@ -179,6 +179,39 @@ hold_training_path("label-smoothed cross-entropy with padding (fused CrossEntrop
                    {"logits": logits}, dense_answer, r_loss)
 
 # %% [markdown]
+# On a CPU the fused model goes one step further (`Transformer.loss`): the logits z = x Eᵀ (§3.4) are
+# never made whole. `LinearCrossEntropy` projects 256 rows at a time, scores them with the same kernel,
+# and turns their gradient dz into dx = dz E and dE += dzᵀ x at once, while the block is still in cache
+# (Multi30k's 2,048 × 4,000 logits are 32 MB, and so is their gradient); backward only scales those by
+# the cotangent. The chapter's own answer is the chain rule through the product: section 2's dz, times E
+# for x and transposed onto x for E. Blocks of 4 rows here, so the sum over blocks is tested too.
+
+# %%
+from minitensor.functions import LinearCrossEntropy  # noqa: E402
+
+D = 4
+x_rows, table = rng.standard_normal((B * T, D)), rng.standard_normal((V, D))
+projected = x_rows @ table.T                                          # z = x Eᵀ, (N, V)
+real_rows = targets.reshape(-1) != PAD
+dz = (np.exp(log_softmax(projected)) - smoothed_targets(targets.reshape(-1), V, eps, PAD)) * real_rows[:, None]
+dz = r_loss * dz / real_rows.sum()                                    # section 2's gradient, times the cotangent
+projection_answer = {"output": np.float64(smoothed_loss_dense(projected, targets, eps, PAD)),
+                     "x": dz @ table, "E": dz.T @ x_rows}
+
+
+def blocked_loss(x, e):
+    rows, LinearCrossEntropy.ROWS = LinearCrossEntropy.ROWS, 4
+    try:
+        return LabelSmoothingLoss(eps_ls=eps, pad_id=PAD, impl="fused").of_projection(x, e, targets.reshape(-1)).loss
+    finally:
+        LinearCrossEntropy.ROWS = rows
+
+
+# %% CHECK
+hold_training_path("the projection and the loss in blocks (LinearCrossEntropy)", blocked_loss,
+                   {"x": x_rows, "E": table}, projection_answer, r_loss)
+
+# %% [markdown]
 # ## Summary
 # - Smoothed target: 1 − ε on gold, ε/(V − 2) on every token but gold and padding; padding rows count for nothing.
 # - Closed form lse − (1−ε) z_gold − ε/(V−2)(Σz − z_gold − z_pad) needs no (N, V) matrix; its gradient is softmax − q.

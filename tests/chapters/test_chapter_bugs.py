@@ -186,6 +186,11 @@ PLANTED = [
           "    return gold_q",
           "09", "label-smoothed cross-entropy with padding (fused CrossEntropy), the library on the Numba kernels "
                 "(what every config trains with): gradient of logits"),
+    Plant("a blocked projection whose dE keeps only the last block of rows",
+          "minitensor/functions/fused.py", "_projected_cross_entropy",
+          "out=dw, accumulate=True)", "out=dw)",
+          "09", "the projection and the loss in blocks (LinearCrossEntropy), the library on the NumPy reference "
+                "kernels: gradient of E"),
     Plant("a fused CrossEntropy backward that drops the upstream gradient",
           "minitensor/functions/fused.py", "CrossEntropy.backward",
           "return ctx.backend.scale(dlogits, grad_out[:, None])",

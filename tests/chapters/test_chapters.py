@@ -34,7 +34,7 @@ INTRODUCED = {
     "scaled_dot_product_attention": 5, "MultiHeadAttention": 6, "split_heads": 6, "merge_heads": 6, "Attention": 6,
     "Embeddings": 7, "PositionwiseFeedForward": 7, "PositionalEncoding": 7, "sinusoid_table": 7,
     "TransformerConfig": 8, "layers": 8, "Encoder": 8, "Decoder": 8,
-    "LabelSmoothingLoss": 9, "closed_form_smoothed_loss": 9,
+    "LabelSmoothingLoss": 9, "closed_form_smoothed_loss": 9, "LinearCrossEntropy": 9,
     "Transformer": 10, "padding_mask": 10, "subsequent_mask": 10,
     "greedy_decode": 12, "beam_search": 12, "beam_search_nbest": 12, "length_penalty": 12, "fast_search": 12,
     "corpus_scores": 13, "paper_bleu": 13, "paper_tokenize": 13, "make_number_task": 13,
