@@ -60,6 +60,7 @@ SEARCH = (
     ("vocab8000", ("tokenizer.vocab_size=8000",)),
     ("batch4096", ("train.max_tokens=4096",)),
     ("batch1024", ("train.max_tokens=1024",)),
+    ("lr0.5", ("train.lr_factor=0.5",)),
     ("lr1", ("train.lr_factor=1.0",)),
     ("lr3", ("train.lr_factor=3.0",)),
     ("warmup250", ("train.warmup_steps=250",)),
