@@ -1,9 +1,9 @@
 """The search behind configs/multi30k_cpu.toml: the best Multi30k model a CPU trains in a fixed wall-clock budget.
 
     python benchmarks/multi30k_cpu_search.py [--minutes 30] [--only base,d256] [--out runs/multi30k_cpu_search]
-    python benchmarks/multi30k_cpu_search.py --steps 3212 --only base,lr1 --set train.threads=1   # equal updates
+    python benchmarks/multi30k_cpu_search.py --steps 3212 --only base,lr2 --set train.threads=1   # equal updates
     python benchmarks/multi30k_cpu_search.py --list
-    python benchmarks/multi30k_cpu_search.py --minutes 0.5 --eval-sentences 20 --only base,lr1 \\
+    python benchmarks/multi30k_cpu_search.py --minutes 0.5 --eval-sentences 20 --only base,lr2 \\
         --set tokenizer.vocab_size=500 --set model.d_model=32 --set model.d_ff=64 --out /tmp/search   # a smoke test
 
 One paper-compatible knob at a time around the config (size, depth, vocabulary, batch, rate, warm-up,
@@ -61,7 +61,7 @@ SEARCH = (
     ("batch4096", ("train.max_tokens=4096",)),
     ("batch1024", ("train.max_tokens=1024",)),
     ("lr0.5", ("train.lr_factor=0.5",)),
-    ("lr1", ("train.lr_factor=1.0",)),
+    ("lr2", ("train.lr_factor=2.0",)),
     ("lr3", ("train.lr_factor=3.0",)),
     ("warmup250", ("train.warmup_steps=250",)),
     ("warmup1000", ("train.warmup_steps=1000",)),
