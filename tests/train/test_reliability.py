@@ -146,7 +146,7 @@ def test_sigkill_during_data_preparation_then_rerun_prepares_the_same_files(tmp_
     reference = tmp_path / "reference"  # each run with its own prepared/ beside it
     done = subprocess.run(fit_cmd(reference / "run", *extra), capture_output=True, cwd=ROOT, env=ENV, timeout=300)
     assert done.returncode == 0, done.stderr.decode()
-    for attempt in range(3):  # a stage can take only a fraction of a second: a busy machine may miss the moment
+    for attempt in range(8):  # a stage can take only a fraction of a second: a busy machine may miss the moment
         killed = tmp_path / f"killed{attempt}"
         proc = subprocess.Popen(fit_cmd(killed / "run", *extra), stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, cwd=ROOT, env=ENV)
