@@ -152,11 +152,15 @@ class Transformer(nn.Module):
         which the loss reads as numbers (its kernel sums in float32: no float32 (B, T, V) copy is
         made); read them yourself with `.astype(np.float32)`.
         """
+        return self.embeddings.logits(self._out_of_stacks(self._teacher_forced(src_ids, tgt_in_ids)))
+
+    def _teacher_forced(self, src_ids, tgt_in_ids) -> mt.Tensor:
+        """Both stacks on a batch: the decoder stack's output (B, T, D), time-major (T, B, D)."""
         src = self._ids(src_ids)
         src_mask = padding_mask(src, self.config.pad_id)               # (B, 1, 1, S)
         memory, _ = self._encode(src, src_mask)
-        logits, _, _ = self._decode(self._ids(tgt_in_ids), memory, src_mask, None)
-        return logits
+        x, _, _ = self._decoder_stack(self._ids(tgt_in_ids), memory, src_mask, None)
+        return x
 
     def loss(self, src_ids, tgt_in_ids, tgt_out_ids, loss_fn) -> LossOutput:
         """The training loss of a batch, `loss_fn(self(src_ids, tgt_in_ids), tgt_out_ids)` (Figure 1, §5.4).
@@ -165,13 +169,11 @@ class Transformer(nn.Module):
         projection x Eᵀ (§3.4) and the loss run together, a block of rows at a time, in the stacks'
         time-major order (LinearCrossEntropy; LabelSmoothingLoss.of_projection).
         """
-        if not (self.time_major and getattr(loss_fn, "fused", False) and self.embeddings.tie and self.backend.device == "cpu"
-                and np.dtype(self.compute_dtype) in (np.float32, np.float64)):
+        blocked = (self.time_major and getattr(loss_fn, "fused", False) and self.embeddings.tie
+                   and self.backend.device == "cpu" and np.dtype(self.compute_dtype) in (np.float32, np.float64))
+        if not blocked:
             return loss_fn(self(src_ids, tgt_in_ids), tgt_out_ids)
-        src = self._ids(src_ids)
-        src_mask = padding_mask(src, self.config.pad_id)
-        memory, _ = self._encode(src, src_mask)
-        x, _, _ = self._decoder_stack(self._ids(tgt_in_ids), memory, src_mask, None)   # (T, B, D)
+        x = self._teacher_forced(src_ids, tgt_in_ids)                  # (T, B, D)
         targets = tgt_out_ids.data if isinstance(tgt_out_ids, mt.Tensor) else tgt_out_ids
         rows = x.reshape(-1, x.shape[-1])                              # (T·B, D), position by position
         return loss_fn.of_projection(rows, self.embeddings.shared.weight, targets.T.reshape(-1))
