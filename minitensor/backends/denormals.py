@@ -1,4 +1,4 @@
-"""Flush denormal floats to zero during a CPU training step (x86's MXCSR FTZ and DAZ bits).
+"""Flush denormal floats to zero during a CPU training step and while decoding (x86's MXCSR FTZ and DAZ bits).
 
 A trained Transformer's attention puts weights below float32's smallest normal number (1.2e-38)
 on most far-apart positions: softmax of score gaps past ~87. Every product that reads or makes

@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 import minitensor as mt
+from minitensor.backends.denormals import flush_denormals
 from train.data.batching import make_batches, pad_batch
 from train.data.files import iter_lines, no_file
 from train.errors import InputError
@@ -79,7 +80,8 @@ def _decode_batches(model, sources: Sequence[Sequence[int]], decode: Callable, m
     outputs: list = [None] * len(sources)
 
     def decode_batch(batch):
-        return batch, decode(pad_batch([with_eos[i] for i in batch], pad))   # (B, S) in
+        with flush_denormals():                   # per thread: a trained model's attention makes denormals
+            return batch, decode(pad_batch([with_eos[i] for i in batch], pad))   # (B, S) in
 
     was_training = model.training
     model.eval()                                                           # for every thread, before any starts
