@@ -182,7 +182,7 @@ hold_training_path("label-smoothed cross-entropy with padding (fused CrossEntrop
 # On a CPU the fused model goes one step further (`Transformer.loss`): the logits z = x Eᵀ (§3.4) are
 # never made whole. `LinearCrossEntropy` projects 256 rows at a time, scores them with the same kernel,
 # and turns their gradient dz into dx = dz E and dE += dzᵀ x at once, while the block is still in cache
-# (Multi30k's 2,048 × 4,000 logits are 32 MB, and so is their gradient); backward only scales those by
+# (Multi30k's 2,048 × 8,000 logits are 64 MB, and so is their gradient); backward only scales those by
 # the cotangent. The chapter's own answer is the chain rule through the product: section 2's dz, times E
 # for x and transposed onto x for E. Blocks of 4 rows here, so the sum over blocks is tested too.
 

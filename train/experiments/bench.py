@@ -5,7 +5,7 @@ Shapes: B sentences, S source length, T target length, V vocab.
 Presets:
   base  Table 3 "base" on the GPU: 37k shared vocab, 250 × 100 tokens per side (§5.1's ~25k target tokens)
   cpu   d_model 256, 3+3 layers, 4 heads, d_ff 1024, 8k vocab, 64 × 32 tokens per side
-  multi30k_cpu  configs/multi30k_cpu.toml's model: d_model 128, 2+2 layers, 4 heads, d_ff 512, 4k vocab,
+  multi30k_cpu  configs/multi30k_cpu.toml's model (d_model 128, 2+2 layers, 4 heads, d_ff 512) at its former 4k vocab,
         128 × 16 tokens per side (its 2,048-token batches of Multi30k's ~15-token sentences)
 
 One step (step_setup.py) = forward, label-smoothed loss (§5.4), backward, Adam (§5.3) with the
