@@ -155,7 +155,7 @@ class Transformer(nn.Module):
         return self.embeddings.logits(self._out_of_stacks(self._teacher_forced(src_ids, tgt_in_ids)))
 
     def _teacher_forced(self, src_ids, tgt_in_ids) -> mt.Tensor:
-        """Both stacks on a batch: the decoder stack's output (B, T, D), time-major (T, B, D)."""
+        """Both stacks on a batch: the decoder stack's output, (B, T, D), or (T, B, D) when run time-major."""
         src = self._ids(src_ids)
         src_mask = padding_mask(src, self.config.pad_id)               # (B, 1, 1, S)
         memory, _ = self._encode(src, src_mask)
